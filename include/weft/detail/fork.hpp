@@ -1,0 +1,114 @@
+// weft/detail/fork.hpp: queueing a forked task and joining it. Not API.
+//
+// Join protocol of a forked child (promise_base::m_join):
+// * The parent forks: the child is pushed on the current worker's deque (or scheduled
+//   on another executor) with m_mode = forked.
+// * Fast path: the parent joins while the child is still the newest item of its own
+//   deque. It pops it back (no other thread can have it), sets m_joined_inline and
+//   m_continuation, and transfers into it; the child's final_suspend transfers straight
+//   back. No atomic read-modify-write anywhere.
+// * Otherwise the child was taken by someone else (a thief or the worker loop). The
+//   parent CASes its own frame address into m_join (0 -> parent); the child's
+//   completion exchanges m_join to k_join_done and resumes whatever parent it found.
+//   Whoever comes second proceeds: the parent (CAS failed: already done) resumes at
+//   once; the child (found a parent) resumes it by symmetric transfer on its own thread.
+// * While waiting, the parent's thread keeps running its own newest work (the item it
+//   popped instead of the child) without returning to the worker loop.
+#pragma once
+
+#include <coroutine>
+#include <cstdint>
+
+#include "weft/config.hpp"
+#include "weft/detail/worker_context.hpp"
+#include "weft/executor.hpp"
+#include "weft/task.hpp"
+
+namespace weft {
+class thread_pool;
+thread_pool& default_pool();
+}  // namespace weft
+
+namespace weft::detail {
+
+inline constexpr unsigned k_inherit_priority = ~0u;
+
+/// Schedules a forked/detached child on `target` (not the current worker's deque).
+void schedule_elsewhere(executor* target, std::coroutine_handle<> h, unsigned prio);
+/// Executor used when forking from a thread that is not running on any executor.
+executor& fallback_executor();
+
+/// Queues child `h` (mode already set) at `prio` (k_inherit_priority: the caller's).
+/// `target`: the executor asked for with run_on(), or nullptr for "where I run".
+WEFT_INLINE void enqueue_child(promise_base& p, std::coroutine_handle<> h, unsigned prio, executor* target) {
+  const unsigned parent_prio = t_prio;  // the parent resumes at its own priority
+  p.m_parent_prio = static_cast<std::uint8_t>(parent_prio);
+  worker_context* w = t_worker;
+  if (target == nullptr || (w != nullptr && target == w->m_executor)) [[likely]] {
+    if (w != nullptr) [[likely]] {
+      if (prio == k_inherit_priority) prio = parent_prio;
+      else if (prio >= w->m_prios) [[unlikely]] check_priority(*w->m_executor, prio, "weft::spawn");
+      p.m_prio = static_cast<std::uint8_t>(prio);
+      push_local(*w, prio, h.address());
+      return;
+    }
+    target = t_executor != nullptr ? t_executor : &fallback_executor();
+  } else {
+    p.m_home = t_executor;  // resume the parent where it runs now
+  }
+  if (prio == k_inherit_priority) prio = parent_prio < target->priorities() ? parent_prio : 0;
+  p.m_prio = static_cast<std::uint8_t>(prio);
+  schedule_elsewhere(target, h, prio);
+}
+
+/// Awaiter that waits for forked child `h` to finish (its result stays in its frame).
+template <class Promise>
+struct join_awaiter {
+  std::coroutine_handle<Promise> m_h;
+
+  bool await_ready() const noexcept {
+    return m_h.promise().m_join.load(std::memory_order_acquire) == k_join_done;  // pairs with complete_queued
+  }
+
+  WEFT_INLINE std::coroutine_handle<> await_suspend(std::coroutine_handle<> parent) noexcept {
+    Promise& p = m_h.promise();
+    worker_context* w = t_worker;
+    void* other = nullptr;
+    if (w != nullptr && p.m_home == nullptr && p.m_prio < w->m_prios) [[likely]] {
+      other = pop_local(*w, p.m_prio);
+      if (other == m_h.address() && p.m_prio == t_prio) [[likely]] {
+        p.m_joined_inline = true;
+        p.m_continuation = parent;
+        return m_h;
+      }
+    }
+    return register_waiter(parent, other);
+  }
+
+  WEFT_NOINLINE std::coroutine_handle<> register_waiter(std::coroutine_handle<> parent, void* other) noexcept {
+    Promise& p = m_h.promise();
+    std::uintptr_t expected = k_join_none;
+    // release: the parent's state before suspending is visible to whoever resumes it;
+    // acquire (failure): the child's result (pairs with complete_queued's exchange).
+    if (!p.m_join.compare_exchange_strong(expected, reinterpret_cast<std::uintptr_t>(parent.address()),
+                                          std::memory_order_acq_rel, std::memory_order_acquire)) {
+      if (other != nullptr) push_local(*t_worker, p.m_prio, other);  // give it back
+      return parent;                                                  // child already done
+    }
+    if (other != nullptr) {
+      t_prio = p.m_prio;
+      return std::coroutine_handle<>::from_address(other);  // our own newest work (maybe the child)
+    }
+    return take_local();
+  }
+
+  void await_resume() const noexcept {}
+};
+
+/// Abandons forked child `h`: it frees itself when it finishes (or now, if it has).
+template <class Promise>
+void abandon_child(std::coroutine_handle<Promise> h) noexcept {
+  if (h.promise().m_join.exchange(k_join_abandoned, std::memory_order_acq_rel) == k_join_done) h.destroy();
+}
+
+}  // namespace weft::detail

@@ -1,0 +1,75 @@
+// weft/detail/worker_context.hpp: the part of a pool worker that inline fast paths
+// (fork, join, task completion) need. Not API. The worker loop itself lives in
+// src/worker.cpp; stealing in src/stealing.cpp; parking in src/idle.cpp.
+#pragma once
+
+#include <atomic>
+#include <coroutine>
+#include <cstdint>
+
+#include "weft/config.hpp"
+#include "weft/detail/split_deque.hpp"
+#include "weft/executor.hpp"
+
+namespace weft::detail {
+
+/// The pool's idle state word: sleepers in the low half, searching workers in the high.
+inline constexpr std::uint64_t k_searching_one = std::uint64_t{1} << 32;
+inline constexpr std::uint64_t k_sleepers_mask = k_searching_one - 1;
+
+struct worker_context {
+  split_deque* m_deques = nullptr;  // one per priority level, [0, m_prios)
+  unsigned m_prios = 0;
+  unsigned m_index = 0;
+  executor* m_executor = nullptr;                      // the owning pool
+  const std::atomic<std::uint64_t>* m_idle = nullptr;  // the pool's idle state word
+};
+
+/// Slow path after a push or pop (src/worker.cpp): share work with thieves that asked
+/// or with parked workers, and wake one when nobody is searching.
+void on_work_available(worker_context& w, split_deque& d) noexcept;
+/// The deque is full: queue `item` in the worker's inbox instead (src/worker.cpp).
+void push_overflow(worker_context& w, unsigned prio, void* item);
+
+/// True when some worker sleeps and none is searching: new work should wake one.
+WEFT_INLINE bool idle_workers_want_work(const worker_context& w) noexcept {
+  const std::uint64_t s = w.m_idle->load(std::memory_order_relaxed);  // a hint only
+  return (s & k_sleepers_mask) != 0 && s < k_searching_one;
+}
+
+/// Owner: push ready work (a coroutine frame address) at priority prio.
+WEFT_INLINE void push_local(worker_context& w, unsigned prio, void* item) {
+  split_deque& d = w.m_deques[prio];
+  if (!d.push(item)) [[unlikely]] {
+    push_overflow(w, prio, item);
+    return;
+  }
+  if (d.share_requested() || idle_workers_want_work(w)) [[unlikely]]
+    on_work_available(w, d);
+}
+
+/// Owner: pop the newest work at priority prio, or nullptr.
+WEFT_INLINE void* pop_local(worker_context& w, unsigned prio) noexcept {
+  split_deque& d = w.m_deques[prio];
+  void* item = d.pop();
+  if (d.share_requested()) [[unlikely]]
+    on_work_available(w, d);
+  return item;
+}
+
+/// The next ready work this thread should run without going back to its loop: the
+/// highest-priority item of its own deques (the "next task" rule), else a no-op
+/// handle (back to the worker loop).
+WEFT_INLINE std::coroutine_handle<> take_local() noexcept {
+  if (worker_context* w = t_worker) {
+    for (unsigned p = 0; p < w->m_prios; ++p) {
+      if (void* item = pop_local(*w, p)) {
+        t_prio = p;
+        return std::coroutine_handle<>::from_address(item);
+      }
+    }
+  }
+  return std::noop_coroutine();
+}
+
+}  // namespace weft::detail

@@ -1,0 +1,54 @@
+// weft/executor.hpp: what every weft executor provides, and where the caller runs now.
+#pragma once
+
+#include <coroutine>
+#include <stdexcept>
+
+namespace weft {
+
+/// Thrown by post/schedule into an executor that is shutting down (from a thread that
+/// is not one of its own workers).
+class shutdown_error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// An executor runs coroutines on its threads. thread_pool is one; the I/O layer adds
+/// others. Implementations are thread-safe.
+class executor {
+ public:
+  virtual ~executor() = default;
+
+  /// Queues `h` to be resumed on one of this executor's threads at priority `prio`
+  /// (0 is highest). Thread-safe. Throws std::out_of_range for a priority >=
+  /// priorities(), shutdown_error after shutdown began (from a foreign thread).
+  virtual void schedule(std::coroutine_handle<> h, unsigned prio) = 0;
+
+  /// Number of priority levels, 1..16. Thread-safe.
+  virtual unsigned priorities() const noexcept = 0;
+
+  /// True when the calling thread is one of this executor's threads. Thread-safe.
+  virtual bool owns_current_thread() const noexcept = 0;
+
+  /// Called on a worker thread that is about to block (weft::sync_wait): publish any
+  /// work only this thread could otherwise run. Default: nothing to do.
+  virtual void before_blocking() noexcept {}
+};
+
+namespace detail {
+struct worker_context;
+extern constinit thread_local worker_context* t_worker;  // null outside pool workers
+extern constinit thread_local executor* t_executor;      // null outside any executor
+extern constinit thread_local unsigned t_prio;            // priority of the running work
+}  // namespace detail
+
+/// The executor whose thread is running the caller, or nullptr on a plain thread.
+inline executor* current_executor() noexcept { return detail::t_executor; }
+
+/// The priority the running task was scheduled at (0 outside any executor).
+inline unsigned current_priority() noexcept { return detail::t_prio; }
+
+/// Throws std::out_of_range naming `what` unless prio < ex.priorities().
+void check_priority(const executor& ex, unsigned prio, const char* what);
+
+}  // namespace weft

@@ -1,0 +1,63 @@
+// weft/fork_group.hpp: a dynamic number of forks joined together.
+#pragma once
+
+#include <cstddef>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "weft/detail/bulk.hpp"
+#include "weft/detail/fork.hpp"
+#include "weft/task.hpp"
+
+namespace weft {
+
+/// Forks tasks one at a time (each is stealable as soon as fork() returns) and joins
+/// them all at once: `co_await g.join()` evaluates to std::vector<T> in fork order
+/// (nothing for T = void) and rethrows the first (lowest-index) exception after every
+/// child finished. Not thread-safe: use it from the task that owns it. A group destroyed
+/// with children not joined detaches them (they run on; exceptions go to stderr).
+template <class T = void>
+class fork_group {
+ public:
+  fork_group() = default;
+  fork_group(const fork_group&) = delete;
+  fork_group& operator=(const fork_group&) = delete;
+  ~fork_group() {
+    for (auto& t : m_tasks) detail::abandon_child(t.release());
+  }
+
+  /// Queues `t` to run in parallel with the caller. Throws std::logic_error for an
+  /// empty task.
+  void fork(task<T> t) {
+    if (!t.valid()) [[unlikely]] detail::throw_bad_await("weft::fork_group::fork: empty or moved-from task");
+    m_tasks.reserve(m_tasks.size() + 1);
+    auto h = t.handle();
+    h.promise().m_mode = detail::completion::forked;
+    detail::enqueue_child(h.promise(), h, detail::k_inherit_priority, nullptr);
+    m_tasks.push_back(std::move(t));
+  }
+
+  /// Number of children forked and not yet joined.
+  std::size_t size() const noexcept { return m_tasks.size(); }
+
+  /// Waits for every child; see the class comment. The group is empty afterwards and
+  /// can be reused.
+  auto join() -> task<std::conditional_t<std::is_void_v<T>, void, std::vector<T>>> {
+    std::vector<task<T>> ts = std::move(m_tasks);
+    m_tasks.clear();
+    for (std::size_t i = ts.size(); i-- > 0;) co_await detail::join_awaiter<typename task<T>::promise_type>{ts[i].handle()};
+    detail::rethrow_first_error(ts);
+    if constexpr (!std::is_void_v<T>) {
+      std::vector<T> out;
+      out.reserve(ts.size());
+      for (auto& t : ts) out.push_back(t.handle().promise().m_result.take());
+      co_return out;
+    }
+  }
+
+ private:
+  std::vector<task<T>> m_tasks;
+};
+
+}  // namespace weft

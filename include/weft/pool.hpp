@@ -1,0 +1,66 @@
+// weft/pool.hpp: weft::thread_pool, the work-stealing executor.
+//
+// Where things live: the worker loop is src/worker.cpp, stealing src/stealing.cpp,
+// parking src/idle.cpp, topology and pinning src/topology.cpp, the deque
+// include/weft/detail/split_deque.hpp.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "weft/executor.hpp"
+
+namespace weft {
+
+/// The default number of workers: the cgroup CPU quota if one is set, else the
+/// number of physical cores hwloc reports (at least 1). Thread-safe.
+std::size_t default_thread_count();
+
+/// Options of a thread_pool: `weft::thread_pool pool{{.threads = 8, .priorities = 3}};`
+struct pool_options {
+  std::size_t threads = default_thread_count();  ///< worker threads, >= 1
+  unsigned priorities = 4;                       ///< priority levels 1..16; 0 is highest
+  bool pin = false;                              ///< bind worker i to core i (hwloc)
+  unsigned spins = 64;                           ///< steal rounds before an idle worker parks
+};
+
+namespace detail {
+class pool_impl;
+}
+
+/// A work-stealing pool of worker threads. Each worker has one deque per priority
+/// (owner LIFO, thieves FIFO) and an inbox for work posted from other threads. A worker
+/// always takes the highest-priority work it can see; running tasks are never
+/// preempted (see weft::yield_if_requested). Thread-safe.
+///
+/// Destruction: no new work is accepted from threads outside the pool; every task
+/// already queued, and everything those tasks spawn, runs to completion; then the
+/// workers are joined. A task suspended on something that never resumes it is not
+/// queued and is not waited for. Destroying a pool from one of its own workers is a
+/// programming error (it would wait for itself): the process is aborted with a message.
+class thread_pool final : public executor {
+ public:
+  /// Starts the workers. Throws std::invalid_argument for threads == 0 or priorities
+  /// outside 1..16, std::system_error if a thread cannot be started.
+  explicit thread_pool(pool_options options = {});
+  ~thread_pool() override;
+  thread_pool(const thread_pool&) = delete;
+  thread_pool& operator=(const thread_pool&) = delete;
+
+  void schedule(std::coroutine_handle<> h, unsigned prio) override;
+  unsigned priorities() const noexcept override;
+  bool owns_current_thread() const noexcept override;
+  void before_blocking() noexcept override;
+
+  /// Number of worker threads.
+  std::size_t thread_count() const noexcept;
+
+ private:
+  std::unique_ptr<detail::pool_impl> m_impl;
+};
+
+/// The process-wide pool with default options, started on first use and stopped at
+/// exit. Thread-safe.
+thread_pool& default_pool();
+
+}  // namespace weft

@@ -1,0 +1,31 @@
+// weft/resume_on.hpp: hop the running task to another executor.
+#pragma once
+
+#include <coroutine>
+
+#include "weft/executor.hpp"
+
+namespace weft {
+
+/// Awaiter of resume_on().
+class resume_on_awaiter {
+ public:
+  explicit resume_on_awaiter(executor& ex) noexcept : m_ex(&ex) {}
+  bool await_ready() const noexcept { return false; }
+  void await_suspend(std::coroutine_handle<> h) const {
+    const unsigned n = m_ex->priorities();
+    m_ex->schedule(h, current_priority() < n ? current_priority() : n - 1);
+  }
+  void await_resume() const noexcept {}
+
+ private:
+  executor* m_ex;
+};
+
+/// `co_await weft::resume_on(ex)` suspends the task and resumes it on one of `ex`'s
+/// threads, at the same priority (clamped to ex's levels). Always goes through ex's
+/// queue, also when already on `ex` (a fair yield). Throws shutdown_error if `ex` no
+/// longer accepts work (the task then continues where it was).
+inline resume_on_awaiter resume_on(executor& ex) noexcept { return resume_on_awaiter{ex}; }
+
+}  // namespace weft

@@ -1,0 +1,154 @@
+// weft/spawn.hpp: fork-join. weft::spawn(t) with .fork(), .detach(), .priority(p),
+// .run_on(ex), and co_await; weft::fork_handle<T>.
+#pragma once
+
+#include <coroutine>
+#include <utility>
+
+#include "weft/detail/fork.hpp"
+#include "weft/executor.hpp"
+#include "weft/task.hpp"
+
+namespace weft {
+
+/// The handle of a forked task: `co_await h` waits for it and evaluates to its value
+/// (or rethrows its exception). Move-only; awaited at most once. Destroying a handle
+/// that was not awaited detaches the child (it still runs; its frame is freed when it
+/// finishes; an exception is reported to stderr). Not thread-safe: one owner.
+template <class T>
+class [[nodiscard]] fork_handle {
+ public:
+  using handle_type = typename task<T>::handle_type;
+
+  /// An empty handle; awaiting it throws std::logic_error.
+  fork_handle() noexcept = default;
+  explicit fork_handle(handle_type h) noexcept : m_h(h) {}
+  fork_handle(fork_handle&& o) noexcept : m_h(std::exchange(o.m_h, {})) {}
+  fork_handle& operator=(fork_handle&& o) noexcept {
+    if (this != &o) {
+      reset();
+      m_h = std::exchange(o.m_h, {});
+    }
+    return *this;
+  }
+  ~fork_handle() { reset(); }
+
+  /// True when the handle refers to a child not yet awaited.
+  bool valid() const noexcept { return static_cast<bool>(m_h); }
+  explicit operator bool() const noexcept { return valid(); }
+
+  /// True once the child finished (a racy snapshot).
+  bool ready() const noexcept {
+    return m_h && m_h.promise().m_join.load(std::memory_order_acquire) == detail::k_join_done;
+  }
+
+  /// Lets the child run on unobserved (see the class comment).
+  void detach() noexcept { reset(); }
+
+  struct awaiter : detail::join_awaiter<typename task<T>::promise_type> {
+    fork_handle* m_self;
+    decltype(auto) await_resume() {
+      struct release_frame {
+        fork_handle* self;
+        ~release_frame() { std::exchange(self->m_h, {}).destroy(); }
+      } guard{m_self};
+      return m_self->m_h.promise().m_result.take();
+    }
+  };
+
+  /// Waits for the child; its value, or its exception rethrown.
+  /// Throws std::logic_error when the handle is empty or already awaited.
+  awaiter operator co_await() & {
+    if (!m_h) [[unlikely]] detail::throw_bad_await("weft: co_await on an empty or already-awaited fork_handle");
+    return awaiter{{m_h}, this};
+  }
+  awaiter operator co_await() && { return operator co_await(); }
+
+ private:
+  void reset() noexcept {
+    if (m_h) detail::abandon_child(std::exchange(m_h, {}));
+  }
+  handle_type m_h;
+};
+
+/// What weft::spawn returns: configure with .priority() / .run_on(), then .fork(),
+/// .detach(), or co_await it. Single use.
+template <class T>
+class [[nodiscard]] spawn_op {
+ public:
+  explicit spawn_op(task<T>&& t) noexcept : m_task(std::move(t)) {}
+
+  /// Queue the child at priority p of its executor (0 is highest). Checked when the
+  /// child is queued: std::out_of_range if p >= the executor's priorities().
+  spawn_op&& priority(unsigned p) && noexcept {
+    m_prio = p;
+    return std::move(*this);
+  }
+  /// Run the child on `ex`; the parent still resumes on its own executor after a join.
+  spawn_op&& run_on(executor& ex) && noexcept {
+    m_target = &ex;
+    return std::move(*this);
+  }
+
+  /// Queues the child where it can be stolen and returns its handle; the caller goes
+  /// on running. Throws std::logic_error for an empty task.
+  fork_handle<T> fork() && {
+    auto h = take();
+    h.promise().m_mode = detail::completion::forked;
+    detail::enqueue_child(h.promise(), h, m_prio, m_target);
+    return fork_handle<T>{h};
+  }
+
+  /// Queues the child and forgets it. Its exception, if any, is reported to stderr.
+  void detach() && {
+    auto h = take();
+    h.promise().m_mode = detail::completion::detached;
+    detail::enqueue_child(h.promise(), h, m_prio, m_target);
+  }
+
+  /// Runs the child and waits for it: inline when nothing was configured, else as a
+  /// fork immediately joined. Evaluates to its value or rethrows its exception.
+  auto operator co_await() && {
+    if (m_prio == detail::k_inherit_priority && m_target == nullptr)
+      return awaiter{std::move(m_task), {}};
+    return awaiter{{}, std::move(*this).fork()};
+  }
+
+ private:
+  struct awaiter {
+    task<T> m_inline;
+    fork_handle<T> m_forked;
+    typename task<T>::awaiter m_a{};
+    typename fork_handle<T>::awaiter m_f{};
+    bool await_ready() {
+      if (m_inline.valid()) {
+        m_a = m_inline.operator co_await();
+        return m_a.await_ready();
+      }
+      m_f = m_forked.operator co_await();
+      return m_f.await_ready();
+    }
+    std::coroutine_handle<> await_suspend(std::coroutine_handle<> c) {
+      return m_inline.valid() ? m_a.await_suspend(c) : m_f.await_suspend(c);
+    }
+    decltype(auto) await_resume() { return m_inline.valid() ? m_a.await_resume() : m_f.await_resume(); }
+  };
+
+  typename task<T>::handle_type take() {
+    if (!m_task.valid()) [[unlikely]] detail::throw_bad_await("weft::spawn: empty or moved-from task");
+    return m_task.release();
+  }
+
+  task<T> m_task;
+  unsigned m_prio = detail::k_inherit_priority;
+  executor* m_target = nullptr;
+};
+
+/// Starts describing how task `t` runs beside its parent; see spawn_op.
+/// `auto h = weft::spawn(child()).fork(); ...; auto v = co_await h;`
+template <class T>
+spawn_op<T> spawn(task<T>&& t) noexcept {
+  return spawn_op<T>{std::move(t)};
+}
+
+}  // namespace weft

@@ -1,0 +1,133 @@
+// weft/spawn_many.hpp: run many tasks in parallel and collect their results.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <iterator>
+#include <ranges>
+#include <span>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "weft/detail/bulk.hpp"
+#include "weft/task.hpp"
+
+namespace weft {
+
+namespace detail {
+
+template <class T>
+struct is_task : std::false_type {};
+template <class T>
+struct is_task<task<T>> : std::true_type {};
+
+template <class R>
+using range_task_t = std::remove_cvref_t<std::ranges::range_value_t<R>>;
+
+template <class T, class Storage>
+auto collect(Storage& ts) {
+  rethrow_first_error(ts);
+  if constexpr (std::is_void_v<T>) {
+    return;
+  } else {
+    std::vector<T> out;
+    out.reserve(std::size(ts));
+    for (auto& t : ts) out.push_back(t.handle().promise().m_result.take());
+    return out;
+  }
+}
+
+template <class T, std::size_t N>
+auto collect_array(std::array<task<T>, N>& ts) {
+  rethrow_first_error(ts);
+  if constexpr (std::is_void_v<T>) {
+    return;
+  } else {
+    return [&]<std::size_t... I>(std::index_sequence<I...>) {
+      return std::array<T, N>{ts[I].handle().promise().m_result.take()...};
+    }(std::make_index_sequence<N>{});
+  }
+}
+
+template <class T, class Storage>
+std::vector<typename task<T>::handle_type> handles_of(Storage& ts) {
+  std::vector<typename task<T>::handle_type> hs;
+  hs.reserve(std::size(ts));
+  for (auto& t : ts) {
+    if (!t.valid()) [[unlikely]] throw_bad_await("weft::spawn_many: empty or moved-from task");
+    hs.push_back(t.handle());
+  }
+  return hs;
+}
+
+template <class T>
+auto spawn_many_vector(std::vector<task<T>> ts) -> task<decltype(collect<T>(ts))> {
+  {
+    auto hs = handles_of<T>(ts);
+    co_await run_all<typename task<T>::promise_type>(hs);
+  }
+  co_return collect<T>(ts);
+}
+
+template <class T, std::size_t N>
+auto spawn_many_array(std::array<task<T>, N> ts) -> task<decltype(collect_array(ts))> {
+  std::array<typename task<T>::handle_type, N> hs;
+  for (std::size_t i = 0; i < N; ++i) {
+    if (!ts[i].valid()) [[unlikely]] throw_bad_await("weft::spawn_many: empty or moved-from task");
+    hs[i] = ts[i].handle();
+  }
+  co_await run_all<typename task<T>::promise_type>(hs);
+  co_return collect_array(ts);
+}
+
+}  // namespace detail
+
+/// Runs every task of `r` in parallel (N-1 queued where thieves can take them, the last
+/// one inline) and evaluates to their results in input order: std::vector<T> (nothing
+/// for T = void). The tasks are moved out of `r`. The first (lowest-index) exception is
+/// rethrown after all tasks finished. An empty range gives an empty vector.
+/// Throws std::logic_error if an element is an empty task. Call from a weft task.
+template <std::ranges::input_range R>
+  requires detail::is_task<detail::range_task_t<R>>::value
+auto spawn_many(R&& r) {
+  using T = typename detail::range_task_t<R>::value_type;
+  if constexpr (std::is_same_v<std::remove_cvref_t<R>, std::vector<task<T>>> && !std::is_lvalue_reference_v<R>) {
+    return detail::spawn_many_vector<T>(std::move(r));
+  } else {
+    std::vector<task<T>> ts;
+    if constexpr (std::ranges::sized_range<R>) ts.reserve(std::ranges::size(r));
+    for (auto&& t : r) ts.push_back(std::move(t));
+    return detail::spawn_many_vector<T>(std::move(ts));
+  }
+}
+
+/// std::array overload: evaluates to std::array<T, N> (no heap allocation).
+template <class T, std::size_t N>
+auto spawn_many(std::array<task<T>, N>&& ts) {
+  return detail::spawn_many_array<T, N>(std::move(ts));
+}
+
+/// Iterator-pair overload: the tasks in [first, last), moved from.
+template <std::input_iterator It, std::sentinel_for<It> S>
+auto spawn_many(It first, S last) {
+  return spawn_many(std::ranges::subrange(first, last));
+}
+
+/// Iterator + count overload: the `count` tasks starting at `first`, moved from.
+template <std::input_iterator It>
+auto spawn_many(It first, std::size_t count) {
+  return spawn_many(std::ranges::subrange(std::counted_iterator(first, static_cast<std::iter_difference_t<It>>(count)),
+                                          std::default_sentinel));
+}
+
+/// Fixed-count overload: the N tasks starting at `first`, moved from, into a std::array.
+template <std::size_t N, std::input_iterator It>
+auto spawn_many(It first) {
+  using T = typename std::remove_cvref_t<std::iter_value_t<It>>::value_type;
+  std::array<task<T>, N> ts;
+  for (std::size_t i = 0; i < N; ++i, ++first) ts[i] = std::move(*first);
+  return detail::spawn_many_array<T, N>(std::move(ts));
+}
+
+}  // namespace weft

@@ -1,0 +1,184 @@
+// weft/task.hpp: weft::task<T>, the lazy coroutine every weft API is built on.
+#pragma once
+
+#include <atomic>
+#include <concepts>
+#include <coroutine>
+#include <cstdint>
+#include <exception>
+#include <stdexcept>
+#include <type_traits>
+#include <utility>
+
+#include "weft/config.hpp"
+#include "weft/detail/frame_allocator.hpp"
+#include "weft/detail/result.hpp"
+#include "weft/detail/worker_context.hpp"
+#include "weft/executor.hpp"
+
+namespace weft {
+
+template <class T = void>
+class task;
+
+namespace detail {
+
+/// How a finished task hands control on.
+enum class completion : std::uint8_t {
+  awaited,   // co_await'ed inline: resume m_continuation by symmetric transfer
+  forked,    // queued by spawn().fork(): join protocol on m_join (weft/spawn.hpp)
+  detached,  // nobody joins: report an exception, destroy the frame
+};
+
+/// m_join values of a forked task besides the address of the waiting parent frame.
+inline constexpr std::uintptr_t k_join_none = 0;       // not finished, nobody waits yet
+inline constexpr std::uintptr_t k_join_done = 1;       // finished, result in the frame
+inline constexpr std::uintptr_t k_join_abandoned = 2;  // the handle was dropped: self-destroy
+
+/// State shared by every weft::task promise. Field order keeps the hot ones first.
+struct promise_base {
+  std::coroutine_handle<> m_continuation;  // awaited, or forked and joined inline
+  std::atomic<std::uintptr_t> m_join{k_join_none};
+  executor* m_home = nullptr;  // forked to another executor: where the parent resumes
+  completion m_mode = completion::awaited;
+  bool m_joined_inline = false;  // forked, but the parent popped it back and ran it itself
+  std::uint8_t m_prio = 0;        // priority it was queued at (forked/detached)
+  std::uint8_t m_parent_prio = 0;  // the parent's priority, restored when it resumes
+
+  static void* operator new(std::size_t n) { return allocate_frame(n); }
+  static void operator delete(void* p, std::size_t n) noexcept { deallocate_frame(p, n); }
+
+  std::suspend_always initial_suspend() const noexcept { return {}; }
+};
+
+/// Prints a detached task's exception to stderr (src/task.cpp). Never throws.
+void report_detached_exception(std::exception_ptr e) noexcept;
+/// Resumes `parent` on `home` by queueing it there (src/task.cpp).
+void resume_at_home(executor& home, std::coroutine_handle<> parent, unsigned prio) noexcept;
+
+/// Completion of a forked or detached task: everything but the plain co_await path.
+template <class Promise>
+WEFT_NOINLINE std::coroutine_handle<> complete_queued(std::coroutine_handle<Promise> h) noexcept {
+  Promise& p = h.promise();
+  if (p.m_mode == completion::detached) {
+    if (p.m_result.has_error()) report_detached_exception(p.m_result.error());
+    h.destroy();
+    return take_local();
+  }
+  // Forked and run by someone other than its joiner (a thief, the worker loop).
+  const std::uintptr_t prev = p.m_join.exchange(k_join_done, std::memory_order_acq_rel);
+  // acq_rel: release publishes the result to the joiner (pairs with its acquire load or
+  // CAS); acquire sees the parent's registration (pairs with its release CAS).
+  if (prev == k_join_none) return take_local();
+  if (prev == k_join_abandoned) {
+    if (p.m_result.has_error()) report_detached_exception(p.m_result.error());
+    h.destroy();
+    return take_local();
+  }
+  auto parent = std::coroutine_handle<>::from_address(reinterpret_cast<void*>(prev));
+  if (p.m_home != nullptr && p.m_home != t_executor) {
+    resume_at_home(*p.m_home, parent, p.m_parent_prio);
+    return take_local();
+  }
+  t_prio = p.m_parent_prio;
+  return parent;
+}
+
+struct final_awaiter {
+  bool await_ready() const noexcept { return false; }
+  template <class Promise>
+  WEFT_INLINE std::coroutine_handle<> await_suspend(std::coroutine_handle<Promise> h) noexcept {
+    Promise& p = h.promise();
+    if (p.m_mode == completion::awaited || p.m_joined_inline) [[likely]]
+      return p.m_continuation;
+    return complete_queued(h);
+  }
+  void await_resume() const noexcept {}
+};
+
+template <class T>
+struct promise_returns : promise_base {
+  result<T> m_result;
+  template <class U = T>
+    requires std::convertible_to<U&&, T>
+  void return_value(U&& v) noexcept(std::is_nothrow_constructible_v<T, U&&>) {
+    m_result.set_value(std::forward<U>(v));
+  }
+};
+
+template <>
+struct promise_returns<void> : promise_base {
+  result<void> m_result;
+  void return_void() const noexcept {}
+};
+
+[[noreturn]] void throw_bad_await(const char* what);  // src/task.cpp
+
+}  // namespace detail
+
+/// A lazy coroutine producing a T (or void, or a reference). Nothing runs until it is
+/// awaited (`co_await t` runs it inline on the awaiting thread by symmetric transfer,
+/// returning its value or rethrowing its exception) or handed to weft::spawn, post,
+/// sync_wait or run. Move-only; destroying a task that never started frees its frame.
+/// A task is awaited at most once. Not thread-safe: one owner at a time.
+template <class T>
+class [[nodiscard]] task {
+ public:
+  using value_type = T;
+
+  struct promise_type : detail::promise_returns<T> {
+    task get_return_object() noexcept { return task{handle_type::from_promise(*this)}; }
+    detail::final_awaiter final_suspend() const noexcept { return {}; }
+    void unhandled_exception() noexcept { this->m_result.set_error(std::current_exception()); }
+  };
+  using handle_type = std::coroutine_handle<promise_type>;
+
+  /// An empty task; awaiting it throws std::logic_error.
+  task() noexcept = default;
+  task(task&& o) noexcept : m_h(std::exchange(o.m_h, {})) {}
+  task& operator=(task&& o) noexcept {
+    if (this != &o) {
+      if (m_h) m_h.destroy();
+      m_h = std::exchange(o.m_h, {});
+    }
+    return *this;
+  }
+  ~task() {
+    if (m_h) m_h.destroy();
+  }
+
+  /// True when the task holds a coroutine (not default-constructed or moved-from).
+  bool valid() const noexcept { return static_cast<bool>(m_h); }
+  explicit operator bool() const noexcept { return valid(); }
+
+  struct awaiter {
+    handle_type m_h;
+    bool await_ready() const {
+      if (!m_h) [[unlikely]] detail::throw_bad_await("weft: co_await on an empty or moved-from task");
+      if (m_h.done()) [[unlikely]] detail::throw_bad_await("weft: co_await on a task that already completed");
+      return false;
+    }
+    WEFT_INLINE std::coroutine_handle<> await_suspend(std::coroutine_handle<> awaiting) noexcept {
+      m_h.promise().m_continuation = awaiting;
+      return m_h;
+    }
+    decltype(auto) await_resume() { return m_h.promise().m_result.take(); }
+  };
+
+  /// Runs the task inline; evaluates to its value, or rethrows its exception.
+  /// Throws std::logic_error for an empty, moved-from or already-awaited task.
+  awaiter operator co_await() && noexcept { return awaiter{m_h}; }
+  /// Same as the rvalue form (a task is still awaited only once).
+  awaiter operator co_await() & noexcept { return awaiter{m_h}; }
+
+  /// Not API: gives up ownership of the coroutine.
+  handle_type release() noexcept { return std::exchange(m_h, {}); }
+  /// Not API: the coroutine, still owned by this task.
+  handle_type handle() const noexcept { return m_h; }
+
+ private:
+  explicit task(handle_type h) noexcept : m_h(h) {}
+  handle_type m_h;
+};
+
+}  // namespace weft

@@ -1,0 +1,34 @@
+// weft/yield.hpp: cooperative priority yield.
+#pragma once
+
+#include <coroutine>
+
+#include "weft/detail/worker_context.hpp"
+
+namespace weft {
+
+namespace detail {
+/// True when work of higher priority than the running task waits in this worker's
+/// pool (src/worker.cpp). False outside a pool worker.
+bool higher_priority_waiting() noexcept;
+/// Re-queues `h` on the current worker at the current priority (src/worker.cpp).
+void requeue_current(std::coroutine_handle<> h) noexcept;
+}  // namespace detail
+
+/// Awaiter of yield_if_requested().
+struct yield_awaiter {
+  bool await_ready() const noexcept { return !detail::higher_priority_waiting(); }
+  std::coroutine_handle<> await_suspend(std::coroutine_handle<> h) const noexcept {
+    detail::requeue_current(h);
+    return std::noop_coroutine();  // back to the worker loop, which takes the highest priority first
+  }
+  void await_resume() const noexcept {}
+};
+
+/// `co_await weft::yield_if_requested()`: when higher-priority work is waiting in this
+/// pool, suspends the task (re-queued at its own priority) so a worker can run that
+/// work first; otherwise continues at once, at the cost of a few loads. Use it in
+/// long-running low-priority loops. Outside a pool worker it never suspends.
+inline yield_awaiter yield_if_requested() noexcept { return {}; }
+
+}  // namespace weft

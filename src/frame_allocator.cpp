@@ -1,0 +1,52 @@
+// src/frame_allocator.cpp: slow paths of the per-thread frame cache.
+#include "weft/detail/frame_allocator.hpp"
+
+namespace weft::detail {
+
+constinit thread_local frame_cache t_frame_cache{};
+
+namespace {
+/// Registered on a thread's first slow-path call: returns its cached frames at exit.
+struct cache_flush {
+  ~cache_flush() {
+    frame_cache& c = t_frame_cache;
+    for (std::size_t cls = 0; cls < k_frame_classes; ++cls) {
+      while (frame_node* f = c.m_free[cls]) {
+        c.m_free[cls] = f->m_next;
+        ::operator delete(f);
+      }
+      c.m_count[cls] = 0;
+    }
+    c.m_state = 2;  // from now on this thread bypasses the cache
+  }
+};
+thread_local cache_flush t_flush;
+
+void register_thread() noexcept {
+  frame_cache& c = t_frame_cache;
+  if (c.m_state == 0) {
+    (void)&t_flush;  // odr-use: constructs the thread's flush object
+    c.m_state = 1;
+  }
+}
+}  // namespace
+
+void* allocate_frame_slow(std::size_t cls) {
+  register_thread();
+  return ::operator new((cls + 1) * k_frame_granule);
+}
+
+void release_frame_slow(void* p, std::size_t cls) {
+  frame_cache& c = t_frame_cache;
+  register_thread();
+  if (c.m_state != 1 || c.m_count[cls] >= k_cache_limit) {
+    ::operator delete(p);
+    return;
+  }
+  auto* f = static_cast<frame_node*>(p);
+  f->m_next = c.m_free[cls];
+  c.m_free[cls] = f;
+  ++c.m_count[cls];
+}
+
+}  // namespace weft::detail

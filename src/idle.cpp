@@ -1,0 +1,125 @@
+// src/idle.cpp: spinning, parking and waking.
+//
+// The pool's idle word m_idle counts parked workers (low half) and searching workers
+// (high half). Protocol:
+// * New work made visible by a worker (a share of its deque) wakes a parked worker only
+//   when nobody is searching: a searcher will find the work anyway. The check is a
+//   relaxed load on the push path (worker_context.hpp); if it misses a worker that is
+//   just parking, no work is lost: the work is in the pusher's own deque and the pusher
+//   runs it itself (only parallelism is lost, until its next push looks again).
+// * Work posted from outside goes into an inbox with a seq_cst increment of its size,
+//   then notify_external() reads m_idle (seq_cst); a parking worker registers in m_idle
+//   (seq_cst) and then re-reads every inbox size and deque word (seq_cst). In the single
+//   total order one of the two sees the other, so an external post never sleeps
+//   unnoticed.
+// * A waker takes a parked worker off the list, moves it from "parked" to "searching"
+//   in one atomic step, sets its futex word and wakes it. A searcher that finds work
+//   stops searching; if it was the last searcher and workers are parked, it wakes one
+//   more (there may be more work where it found some).
+// * Shutdown: stop() sets m_stopping and wakes everyone. Workers drain all work; the
+//   last worker to park, finding every other worker parked and every queue empty under
+//   m_idle_mutex, sets m_done and wakes all, and they exit. Parked workers cannot take
+//   or make work, and foreign threads can no longer post, so the check is stable.
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+
+#include "pool_impl.hpp"
+
+namespace weft::detail {
+
+void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected) noexcept {
+  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAIT_PRIVATE, expected, nullptr, nullptr, 0);
+}
+
+void futex_wake_one(std::atomic<std::uint32_t>& word) noexcept {
+  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
+}
+
+namespace {
+void wake_locked(pool_impl& pool, worker& w, bool as_searcher) noexcept {
+  // Caller holds m_idle_mutex and has removed w from m_sleeping.
+  pool.m_idle.fetch_add(as_searcher ? k_searching_one - 1 : std::uint64_t(-1), std::memory_order_seq_cst);
+  w.m_futex.store(1, std::memory_order_release);  // pairs with the acquire load in park()
+  futex_wake_one(w.m_futex);
+}
+}  // namespace
+
+bool pool_impl::any_work_seq_cst() const noexcept {
+  for (const auto& w : m_workers)
+    for (unsigned p = 0; p < w->m_prios; ++p)
+      if (w->m_deques[p].stealable_seq_cst() || !w->m_inbox.empty(p, std::memory_order_seq_cst)) return true;
+  return false;
+}
+
+void pool_impl::wake_one() noexcept {
+  std::lock_guard lock(m_idle_mutex);
+  if (m_sleeping.empty()) return;
+  worker* w = m_sleeping.back();
+  m_sleeping.pop_back();
+  wake_locked(*this, *w, true);
+}
+
+void pool_impl::notify_external() noexcept {
+  const std::uint64_t s = m_idle.load(std::memory_order_seq_cst);  // after the seq_cst inbox increment
+  if ((s & k_sleepers_mask) != 0 && s < k_searching_one) wake_one();
+}
+
+void pool_impl::leave_searching(worker& w) noexcept {
+  if (!w.m_searching) return;
+  w.m_searching = false;
+  const std::uint64_t prev = m_idle.fetch_sub(k_searching_one, std::memory_order_seq_cst);
+  if ((prev >> 32) == 1 && (prev & k_sleepers_mask) != 0) wake_one();
+}
+
+bool worker::park() noexcept {
+  if (m_searching) {
+    m_searching = false;
+    m_pool.m_idle.fetch_sub(k_searching_one, std::memory_order_seq_cst);
+  }
+  pool_impl& pool = m_pool;
+  {
+    std::unique_lock lock(pool.m_idle_mutex);
+    if (pool.m_done.load(std::memory_order_relaxed)) return true;
+    if (pool.m_stopping.load(std::memory_order_seq_cst) && pool.m_sleeping.size() + 1 == pool.m_workers.size() &&
+        !pool.any_work_seq_cst()) {
+      pool.m_done.store(true, std::memory_order_relaxed);
+      for (worker* w : pool.m_sleeping) wake_locked(pool, *w, false);
+      pool.m_sleeping.clear();
+      return true;
+    }
+    m_futex.store(0, std::memory_order_relaxed);
+    pool.m_sleeping.push_back(this);
+    pool.m_idle.fetch_add(1, std::memory_order_seq_cst);
+  }
+  if (pool.any_work_seq_cst()) {
+    std::unique_lock lock(pool.m_idle_mutex);
+    auto it = std::find(pool.m_sleeping.begin(), pool.m_sleeping.end(), this);
+    if (it != pool.m_sleeping.end()) {
+      pool.m_sleeping.erase(it);
+      pool.m_idle.fetch_sub(1, std::memory_order_seq_cst);
+      return false;
+    }
+    // A waker took us off the list already; consume its wake-up below.
+  }
+  while (m_futex.load(std::memory_order_acquire) == 0) futex_wait(m_futex, 0);
+  if (pool.m_done.load(std::memory_order_relaxed)) return true;
+  m_searching = true;  // the waker counted us as a searcher
+  return false;
+}
+
+void pool_impl::stop() noexcept {
+  m_stopping.store(true, std::memory_order_seq_cst);
+  {
+    std::lock_guard lock(m_idle_mutex);
+    for (worker* w : m_sleeping) wake_locked(*this, *w, true);
+    m_sleeping.clear();
+  }
+  for (auto& w : m_workers)
+    if (w->m_thread.joinable()) w->m_thread.join();
+}
+
+}  // namespace weft::detail

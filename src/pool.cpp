@@ -1,0 +1,113 @@
+// src/pool.cpp: thread_pool lifecycle and the external entry point (schedule).
+#include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+
+#include "pool_impl.hpp"
+
+namespace weft::detail {
+
+pool_impl::pool_impl(thread_pool& owner, const pool_options& opts) : m_owner(owner), m_opts(opts) {
+  if (opts.threads == 0)
+    throw std::invalid_argument("weft::thread_pool: pool_options::threads must be at least 1 (got 0)");
+  if (opts.threads > 4096)
+    throw std::invalid_argument("weft::thread_pool: pool_options::threads = " + std::to_string(opts.threads) +
+                                " is more than the supported 4096");
+  if (opts.priorities < 1 || opts.priorities > 16)
+    throw std::invalid_argument("weft::thread_pool: pool_options::priorities must be in 1..16 (got " +
+                                std::to_string(opts.priorities) + ")");
+  m_workers.reserve(opts.threads);
+  for (unsigned i = 0; i < opts.threads; ++i)
+    m_workers.push_back(std::make_unique<worker>(*this, i, opts.priorities));
+  compute_steal_orders(*this);
+}
+
+pool_impl::~pool_impl() = default;
+
+void pool_impl::start() {
+  try {
+    for (auto& w : m_workers) w->m_thread = std::thread([p = w.get()] { p->run(); });
+  } catch (...) {
+    stop();
+    throw;
+  }
+}
+
+worker* pool_impl::current_worker() const noexcept {
+  worker_context* w = t_worker;
+  return w != nullptr && w->m_executor == &m_owner ? static_cast<worker*>(w) : nullptr;
+}
+
+void pool_impl::schedule(void* item, unsigned prio) {
+  if (worker* w = current_worker()) {
+    push_local(*w, prio, item);
+    return;
+  }
+  if (m_stopping.load(std::memory_order_acquire))
+    throw shutdown_error("weft::thread_pool: cannot queue work, the pool is shutting down");
+  // Prefer a parked worker: give it the work directly and wake it.
+  if ((m_idle.load(std::memory_order_relaxed) & k_sleepers_mask) != 0) {
+    std::lock_guard lock(m_idle_mutex);
+    if (!m_sleeping.empty()) {
+      worker* w = m_sleeping.back();
+      m_sleeping.pop_back();
+      w->m_inbox.push(prio, item);
+      m_idle.fetch_add(k_searching_one - 1, std::memory_order_seq_cst);
+      w->m_futex.store(1, std::memory_order_release);
+      futex_wake_one(w->m_futex);
+      return;
+    }
+  }
+  const unsigned i = m_next_inbox.fetch_add(1, std::memory_order_relaxed) % m_workers.size();
+  m_workers[i]->m_inbox.push(prio, item);
+  notify_external();
+}
+
+}  // namespace weft::detail
+
+namespace weft {
+
+void check_priority(const executor& ex, unsigned prio, const char* what) {
+  if (prio >= ex.priorities())
+    throw std::out_of_range(std::string(what) + ": priority " + std::to_string(prio) + " is out of range [0, " +
+                            std::to_string(ex.priorities()) + ")");
+}
+
+thread_pool::thread_pool(pool_options options) : m_impl(std::make_unique<detail::pool_impl>(*this, options)) {
+  m_impl->start();
+}
+
+thread_pool::~thread_pool() {
+  if (m_impl->current_worker() != nullptr) {
+    std::fputs("weft: a thread_pool was destroyed from one of its own worker threads; aborting\n", stderr);
+    std::abort();
+  }
+  m_impl->stop();
+}
+
+void thread_pool::schedule(std::coroutine_handle<> h, unsigned prio) {
+  check_priority(*this, prio, "weft::thread_pool::schedule");
+  m_impl->schedule(h.address(), prio);
+}
+
+unsigned thread_pool::priorities() const noexcept { return m_impl->m_opts.priorities; }
+
+bool thread_pool::owns_current_thread() const noexcept { return m_impl->current_worker() != nullptr; }
+
+void thread_pool::before_blocking() noexcept {
+  if (detail::worker* w = m_impl->current_worker()) {
+    bool shared = false;
+    for (unsigned p = 0; p < w->m_prios; ++p) shared |= w->m_deques[p].share_all();
+    if (shared) m_impl->wake_one();
+  }
+}
+
+std::size_t thread_pool::thread_count() const noexcept { return m_impl->m_workers.size(); }
+
+thread_pool& default_pool() {
+  static thread_pool pool{pool_options{}};
+  return pool;
+}
+
+}  // namespace weft

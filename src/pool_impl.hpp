@@ -1,0 +1,103 @@
+// src/pool_impl.hpp: private state of weft::thread_pool, shared by the files that
+// implement it: worker.cpp (the worker loop), stealing.cpp (victims and stealing),
+// idle.cpp (spinning, parking, waking), topology.cpp (hwloc), pool.cpp (lifecycle).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "weft/detail/split_deque.hpp"
+#include "weft/detail/worker_context.hpp"
+#include "weft/pool.hpp"
+
+namespace weft::detail {
+
+class pool_impl;
+
+/// Work posted from outside the pool, one FIFO per priority. Owner and thieves take
+/// from it under its mutex; `m_size` lets everyone test emptiness without the lock.
+class inbox {
+ public:
+  explicit inbox(unsigned prios) : m_queues(prios), m_sizes(prios) {}
+  void push(unsigned prio, void* item);
+  void push_many(unsigned prio, void* const* items, std::size_t n);
+  void* pop(unsigned prio) noexcept;      // owner: blocking lock
+  void* try_steal(unsigned prio) noexcept;  // thieves: try_lock only
+  bool empty(unsigned prio, std::memory_order mo = std::memory_order_relaxed) const noexcept {
+    return m_sizes[prio].value.load(mo) == 0;
+  }
+
+ private:
+  struct alignas(k_cache_line) counter {
+    std::atomic<std::size_t> value{0};
+  };
+  std::mutex m_mutex;
+  std::vector<std::deque<void*>> m_queues;
+  std::vector<counter> m_sizes;
+};
+
+/// One worker thread. The worker_context base is what inline fast paths see.
+struct alignas(k_cache_line) worker : worker_context {
+  worker(pool_impl& pool, unsigned index, unsigned prios);
+
+  void run();                    // the loop (worker.cpp)
+  void* find_work() noexcept;    // highest priority first (worker.cpp)
+  void* search() noexcept;       // steal while searching (stealing.cpp)
+  void* steal_at(unsigned prio, bool ask) noexcept;  // one sweep over the victims (stealing.cpp)
+  bool park() noexcept;          // true when the pool is finished (idle.cpp)
+
+  pool_impl& m_pool;
+  std::unique_ptr<split_deque[]> m_deque_storage;
+  inbox m_inbox;
+  std::vector<unsigned> m_victims;  // steal order, nearest first (topology.cpp)
+  unsigned m_tick = 0;
+  bool m_searching = false;      // counted as a searcher in the pool's idle word
+  alignas(k_cache_line) std::atomic<std::uint32_t> m_futex{0};  // 1 = woken
+  std::thread m_thread;
+};
+
+class pool_impl {
+ public:
+  pool_impl(thread_pool& owner, const pool_options& opts);
+  ~pool_impl();
+
+  void start();
+  void stop() noexcept;  // drain and join (idle.cpp documents the protocol)
+
+  void schedule(void* item, unsigned prio);  // from any thread
+  worker* current_worker() const noexcept;   // the calling thread's worker of this pool, or null
+
+  // idle.cpp
+  void wake_one() noexcept;          // wake a parked worker as a searcher, if any
+  void notify_external() noexcept;   // after an inbox push: make sure someone looks
+  bool any_work_seq_cst() const noexcept;
+  void leave_searching(worker& w) noexcept;
+
+  thread_pool& m_owner;
+  pool_options m_opts;
+  std::vector<std::unique_ptr<worker>> m_workers;
+
+  alignas(k_cache_line) std::atomic<std::uint64_t> m_idle{0};  // sleepers | searching << 32
+  alignas(k_cache_line) std::mutex m_idle_mutex;
+  std::vector<worker*> m_sleeping;  // guarded by m_idle_mutex
+  std::atomic<bool> m_done{false};  // set under m_idle_mutex when the pool has drained
+  std::atomic<bool> m_stopping{false};
+  std::atomic<unsigned> m_next_inbox{0};
+};
+
+// topology.cpp
+void compute_steal_orders(pool_impl& pool);
+void pin_current_thread(unsigned index) noexcept;
+std::size_t physical_core_count() noexcept;
+
+// idle.cpp
+void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected) noexcept;
+void futex_wake_one(std::atomic<std::uint32_t>& word) noexcept;
+
+}  // namespace weft::detail

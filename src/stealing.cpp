@@ -1,0 +1,52 @@
+// src/stealing.cpp: the stealing policy.
+//
+// Victims are visited in the order compute_steal_orders() (topology.cpp) gave each
+// worker: nearest in the hwloc tree first. At each victim a thief tries the shared
+// region of the deque (oldest work first) and then the inbox. When the shared region
+// is empty the thief, if `ask` is set, raises the victim's share request: the victim
+// publishes half of its private work at its next push or pop (weft/detail/split_deque.hpp),
+// so a searching thief usually succeeds on one of its next sweeps.
+//
+// Searching (search()): a worker that found nothing on its own becomes a searcher
+// (counted in the pool's idle word, so that producers do not wake more workers while
+// someone is already looking), sweeps all victims at all priorities up to `spins`
+// times with a pause in between, and either returns work or gives up (then parks).
+#include <immintrin.h>
+
+#include "pool_impl.hpp"
+
+namespace weft::detail {
+
+void* worker::steal_at(unsigned prio, bool ask) noexcept {
+  for (unsigned v : m_victims) {
+    worker& victim = *m_pool.m_workers[v];
+    split_deque& d = victim.m_deques[prio];
+    if (void* item = (ask || d.looks_stealable()) ? d.steal() : nullptr) return item;
+    if (void* item = victim.m_inbox.try_steal(prio)) return item;
+  }
+  return nullptr;
+}
+
+void* worker::search() noexcept {
+  // Become a searcher (a woken worker was already counted as one by its waker).
+  if (!m_searching) {
+    m_pool.m_idle.fetch_add(k_searching_one, std::memory_order_seq_cst);
+    m_searching = true;
+  }
+  const unsigned rounds = m_pool.m_opts.spins == 0 ? 1 : m_pool.m_opts.spins;
+  for (unsigned r = 0; r < rounds; ++r) {
+    for (unsigned p = 0; p < m_prios; ++p) {
+      void* item = m_inbox.pop(p);
+      if (item == nullptr) item = steal_at(p, true);
+      if (item != nullptr) {
+        t_prio = p;
+        m_pool.leave_searching(*this);
+        return item;
+      }
+    }
+    for (int i = 0; i < 32; ++i) _mm_pause();
+  }
+  return nullptr;
+}
+
+}  // namespace weft::detail

@@ -1,0 +1,128 @@
+// src/topology.cpp: hardware topology (hwloc): default thread count, steal order,
+// pinning.
+//
+// Worker i is associated with core i mod cores (in hwloc's logical order). Its steal
+// order lists the other workers by decreasing depth of the deepest hwloc object their
+// cores share (same L2, then same L3, then same package, ...), ties broken by distance
+// in worker index so that workers do not all hit the same victim first.
+#include <hwloc.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <mutex>
+#include <string>
+
+#include "pool_impl.hpp"
+
+namespace weft::detail {
+
+namespace {
+
+/// The process-wide hwloc topology, loaded once.
+class topology {
+ public:
+  static topology& get() {
+    static topology t;
+    return t;
+  }
+  hwloc_topology_t handle() const noexcept { return m_topo; }
+  bool ok() const noexcept { return m_ok; }
+  int cores() const noexcept {
+    if (!m_ok) return 0;
+    return hwloc_get_nbobjs_by_type(m_topo, HWLOC_OBJ_CORE);
+  }
+  hwloc_obj_t core(unsigned i) const noexcept {
+    const int n = cores();
+    if (n <= 0) return nullptr;
+    return hwloc_get_obj_by_type(m_topo, HWLOC_OBJ_CORE, i % static_cast<unsigned>(n));
+  }
+
+ private:
+  topology() {
+    if (hwloc_topology_init(&m_topo) != 0) return;
+    m_ok = hwloc_topology_load(m_topo) == 0;
+  }
+  ~topology() {
+    if (m_topo) hwloc_topology_destroy(m_topo);
+  }
+  hwloc_topology_t m_topo = nullptr;
+  bool m_ok = false;
+};
+
+/// CPU quota from cgroup v2 (cpu.max) or v1 (cfs quota/period), rounded up; 0 if none.
+std::size_t cgroup_cpu_quota() {
+  {
+    std::ifstream f("/sys/fs/cgroup/cpu.max");
+    std::string quota;
+    long period = 0;
+    if (f >> quota >> period && quota != "max" && period > 0) {
+      const double q = std::stod(quota);
+      return static_cast<std::size_t>(std::ceil(q / static_cast<double>(period)));
+    }
+  }
+  std::ifstream fq("/sys/fs/cgroup/cpu/cpu.cfs_quota_us"), fp("/sys/fs/cgroup/cpu/cpu.cfs_period_us");
+  long q = 0, p = 0;
+  if (fq >> q && fp >> p && q > 0 && p > 0) return static_cast<std::size_t>((q + p - 1) / p);
+  return 0;
+}
+
+}  // namespace
+
+std::size_t physical_core_count() noexcept {
+  const int n = topology::get().cores();
+  if (n > 0) return static_cast<std::size_t>(n);
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return static_cast<std::size_t>(std::max(1, CPU_COUNT(&set)));
+  return 1;
+}
+
+void compute_steal_orders(pool_impl& pool) {
+  topology& topo = topology::get();
+  const unsigned n = static_cast<unsigned>(pool.m_workers.size());
+  for (unsigned i = 0; i < n; ++i) {
+    std::vector<std::pair<int, unsigned>> order;  // (-shared depth, ring distance) per victim
+    for (unsigned j = 0; j < n; ++j) {
+      if (j == i) continue;
+      int depth = 0;
+      hwloc_obj_t a = topo.core(i), b = topo.core(j);
+      if (a != nullptr && b != nullptr) {
+        hwloc_obj_t common = hwloc_get_common_ancestor_obj(topo.handle(), a, b);
+        depth = common != nullptr ? static_cast<int>(common->depth) : 0;
+      }
+      order.emplace_back(-depth, (j + n - i) % n);
+    }
+    std::sort(order.begin(), order.end());
+    auto& victims = pool.m_workers[i]->m_victims;
+    victims.clear();
+    for (auto [d, dist] : order) victims.push_back((i + dist) % n);
+  }
+}
+
+void pin_current_thread(unsigned index) noexcept {
+  topology& topo = topology::get();
+  static std::mutex m;  // hwloc topology calls are not documented thread-safe for binding
+  std::lock_guard lock(m);
+  if (hwloc_obj_t core = topo.core(index)) {
+    hwloc_cpuset_t set = hwloc_bitmap_dup(core->cpuset);
+    hwloc_bitmap_singlify(set);
+    hwloc_set_cpubind(topo.handle(), set, HWLOC_CPUBIND_THREAD);
+    hwloc_bitmap_free(set);
+  }
+}
+
+}  // namespace weft::detail
+
+namespace weft {
+
+std::size_t default_thread_count() {
+  static const std::size_t n = [] {
+    const std::size_t quota = detail::cgroup_cpu_quota();
+    const std::size_t cores = detail::physical_core_count();
+    return quota != 0 ? std::max<std::size_t>(1, quota) : std::max<std::size_t>(1, cores);
+  }();
+  return n;
+}
+
+}  // namespace weft

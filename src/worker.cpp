@@ -1,0 +1,139 @@
+// src/worker.cpp: the worker loop.
+//
+// A worker runs work until it finds none, then searches (stealing.cpp), then parks
+// (idle.cpp). Work is a coroutine frame address; resuming it usually runs a whole chain
+// of tasks by symmetric transfer (forks, inline joins, completions that hand over to
+// the next local item via take_local()), so the loop is only re-entered when a chain
+// ends: a task waits on something, or its continuation belongs to another thread.
+//
+// Order (find_work): for each priority, highest first: this worker's deque, its inbox,
+// then whatever other workers have shared or were posted at that priority. Every 61st
+// round the inbox goes before the deque so that posts cannot starve behind a worker
+// that keeps producing local work.
+#include <coroutine>
+#include <cstdio>
+
+#include "pool_impl.hpp"
+#include "weft/yield.hpp"
+
+namespace weft::detail {
+
+constinit thread_local worker_context* t_worker = nullptr;
+constinit thread_local executor* t_executor = nullptr;
+constinit thread_local unsigned t_prio = 0;
+
+// ---- inbox -------------------------------------------------------------------------
+
+void inbox::push(unsigned prio, void* item) {
+  std::lock_guard lock(m_mutex);
+  m_queues[prio].push_back(item);
+  m_sizes[prio].value.fetch_add(1, std::memory_order_seq_cst);  // pairs with a parker's seq_cst check
+}
+
+void inbox::push_many(unsigned prio, void* const* items, std::size_t n) {
+  std::lock_guard lock(m_mutex);
+  m_queues[prio].insert(m_queues[prio].end(), items, items + n);
+  m_sizes[prio].value.fetch_add(n, std::memory_order_seq_cst);
+}
+
+void* inbox::pop(unsigned prio) noexcept {
+  if (empty(prio)) return nullptr;
+  std::lock_guard lock(m_mutex);
+  auto& q = m_queues[prio];
+  if (q.empty()) return nullptr;
+  void* item = q.front();
+  q.pop_front();
+  m_sizes[prio].value.fetch_sub(1, std::memory_order_relaxed);
+  return item;
+}
+
+void* inbox::try_steal(unsigned prio) noexcept {
+  if (empty(prio)) return nullptr;
+  std::unique_lock lock(m_mutex, std::try_to_lock);
+  if (!lock.owns_lock()) return nullptr;
+  auto& q = m_queues[prio];
+  if (q.empty()) return nullptr;
+  void* item = q.front();
+  q.pop_front();
+  m_sizes[prio].value.fetch_sub(1, std::memory_order_relaxed);
+  return item;
+}
+
+// ---- worker ------------------------------------------------------------------------
+
+worker::worker(pool_impl& pool, unsigned index, unsigned prios)
+    : m_pool(pool), m_deque_storage(new split_deque[prios]), m_inbox(prios) {
+  m_deques = m_deque_storage.get();
+  m_prios = prios;
+  m_index = index;
+  m_executor = &pool.m_owner;
+  m_idle = &pool.m_idle;
+}
+
+void worker::run() {
+  t_worker = this;
+  t_executor = &m_pool.m_owner;
+  t_prio = 0;
+  if (m_pool.m_opts.pin) pin_current_thread(m_index);
+  for (;;) {
+    void* item = find_work();
+    if (item != nullptr) m_pool.leave_searching(*this);  // a woken worker may have found it here
+    else item = search();
+    if (item == nullptr) {
+      if (park()) break;
+      continue;
+    }
+    std::coroutine_handle<>::from_address(item).resume();
+  }
+  t_worker = nullptr;
+  t_executor = nullptr;
+}
+
+void* worker::find_work() noexcept {
+  const bool inbox_first = ++m_tick % 61 == 0;
+  for (unsigned p = 0; p < m_prios; ++p) {
+    void* item = inbox_first ? m_inbox.pop(p) : nullptr;
+    if (item == nullptr) item = pop_local(*this, p);
+    if (item == nullptr && !inbox_first) item = m_inbox.pop(p);
+    if (item == nullptr && m_prios > 1) item = steal_at(p, false);  // strict priority across workers
+    if (item != nullptr) {
+      t_prio = p;
+      return item;
+    }
+  }
+  return nullptr;
+}
+
+// ---- hooks used by the inline fast paths ---------------------------------------------
+
+void on_work_available(worker_context& ctx, split_deque& d) noexcept {
+  auto& w = static_cast<worker&>(ctx);
+  if (!d.share()) return;
+  if (idle_workers_want_work(w)) w.m_pool.wake_one();
+}
+
+void push_overflow(worker_context& ctx, unsigned prio, void* item) {
+  auto& w = static_cast<worker&>(ctx);
+  w.m_inbox.push(prio, item);
+  w.m_pool.notify_external();
+}
+
+bool higher_priority_waiting() noexcept {
+  auto* self = static_cast<worker*>(t_worker);
+  if (self == nullptr) return false;
+  const unsigned mine = t_prio;
+  for (unsigned p = 0; p < mine && p < self->m_prios; ++p) {
+    if (self->m_deques[p].has_private() || self->m_deques[p].looks_stealable() || !self->m_inbox.empty(p))
+      return true;
+    for (const auto& other : self->m_pool.m_workers)
+      if (other->m_deques[p].looks_stealable() || !other->m_inbox.empty(p)) return true;
+  }
+  return false;
+}
+
+void requeue_current(std::coroutine_handle<> h) noexcept {
+  auto* self = static_cast<worker*>(t_worker);
+  push_local(*self, t_prio, h.address());
+}
+
+}  // namespace weft::detail
