@@ -6,18 +6,18 @@ namespace weft::detail {
 constinit thread_local frame_cache t_frame_cache{};
 
 namespace {
-/// Registered on a thread's first slow-path call: returns its cached frames at exit.
+/// Constructed on a thread's first slow-path call: returns its cached frames at exit.
 struct cache_flush {
   ~cache_flush() {
     frame_cache& c = t_frame_cache;
+    c.m_state = 2;  // from now on frees bypass the cache
     for (std::size_t cls = 0; cls < k_frame_classes; ++cls) {
       while (frame_node* f = c.m_free[cls]) {
         c.m_free[cls] = f->m_next;
         ::operator delete(f);
       }
-      c.m_count[cls] = 0;
+      c.m_room[cls] = 0;
     }
-    c.m_state = 2;  // from now on this thread bypasses the cache
   }
 };
 thread_local cache_flush t_flush;
@@ -27,6 +27,7 @@ void register_thread() noexcept {
   if (c.m_state == 0) {
     (void)&t_flush;  // odr-use: constructs the thread's flush object
     c.m_state = 1;
+    for (std::size_t cls = 0; cls < k_frame_classes; ++cls) c.m_room[cls] = k_cache_limit;
   }
 }
 }  // namespace
@@ -37,16 +38,16 @@ void* allocate_frame_slow(std::size_t cls) {
 }
 
 void release_frame_slow(void* p, std::size_t cls) {
-  frame_cache& c = t_frame_cache;
   register_thread();
-  if (c.m_state != 1 || c.m_count[cls] >= k_cache_limit) {
+  frame_cache& c = t_frame_cache;
+  if (c.m_state != 1 || c.m_room[cls] == 0) {
     ::operator delete(p);
     return;
   }
   auto* f = static_cast<frame_node*>(p);
   f->m_next = c.m_free[cls];
   c.m_free[cls] = f;
-  ++c.m_count[cls];
+  --c.m_room[cls];
 }
 
 }  // namespace weft::detail

@@ -47,12 +47,12 @@ class [[nodiscard]] fork_handle {
 
   struct awaiter : detail::join_awaiter<typename task<T>::promise_type> {
     fork_handle* m_self;
-    decltype(auto) await_resume() {
+    WEFT_INLINE decltype(auto) await_resume() {
       struct release_frame {
-        fork_handle* self;
-        ~release_frame() { std::exchange(self->m_h, {}).destroy(); }
-      } guard{m_self};
-      return m_self->m_h.promise().m_result.take();
+        handle_type h;
+        WEFT_INLINE ~release_frame() { h.destroy(); }
+      } guard{std::exchange(m_self->m_h, {})};
+      return guard.h.promise().m_result.take();
     }
   };
 
@@ -92,7 +92,7 @@ class [[nodiscard]] spawn_op {
 
   /// Queues the child where it can be stolen and returns its handle; the caller goes
   /// on running. Throws std::logic_error for an empty task.
-  fork_handle<T> fork() && {
+  WEFT_INLINE fork_handle<T> fork() && {
     auto h = take();
     h.promise().m_mode = detail::completion::forked;
     detail::enqueue_child(h.promise(), h, m_prio, m_target);
@@ -100,7 +100,7 @@ class [[nodiscard]] spawn_op {
   }
 
   /// Queues the child and forgets it. Its exception, if any, is reported to stderr.
-  void detach() && {
+  WEFT_INLINE void detach() && {
     auto h = take();
     h.promise().m_mode = detail::completion::detached;
     detail::enqueue_child(h.promise(), h, m_prio, m_target);
@@ -134,7 +134,7 @@ class [[nodiscard]] spawn_op {
     decltype(auto) await_resume() { return m_inline.valid() ? m_a.await_resume() : m_f.await_resume(); }
   };
 
-  typename task<T>::handle_type take() {
+  WEFT_INLINE typename task<T>::handle_type take() {
     if (!m_task.valid()) [[unlikely]] detail::throw_bad_await("weft::spawn: empty or moved-from task");
     return m_task.release();
   }
@@ -147,7 +147,7 @@ class [[nodiscard]] spawn_op {
 /// Starts describing how task `t` runs beside its parent; see spawn_op.
 /// `auto h = weft::spawn(child()).fork(); ...; auto v = co_await h;`
 template <class T>
-spawn_op<T> spawn(task<T>&& t) noexcept {
+WEFT_INLINE spawn_op<T> spawn(task<T>&& t) noexcept {
   return spawn_op<T>{std::move(t)};
 }
 

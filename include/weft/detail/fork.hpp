@@ -75,8 +75,9 @@ struct join_awaiter {
     worker_context* w = t_worker;
     void* other = nullptr;
     if (w != nullptr && p.m_home == nullptr && p.m_prio < w->m_prios) [[likely]] {
-      other = pop_local(*w, p.m_prio);
-      if (other == m_h.address() && p.m_prio == t_prio) [[likely]] {
+      other = w->m_deques[p.m_prio].pop();  // share requests are answered at the next push
+      // Same priority as the parent: run it inline at the parent's priority.
+      if (other == m_h.address() && p.m_prio == p.m_parent_prio) [[likely]] {
         p.m_joined_inline = true;
         p.m_continuation = parent;
         return m_h;

@@ -33,7 +33,10 @@ struct frame_node {
 /// One thread's free lists. Trivial so that the thread_local needs no initialiser call.
 struct frame_cache {
   frame_node* m_free[k_frame_classes];
-  std::uint32_t m_count[k_frame_classes];
+  // Free slots left per class. Zero (the thread_local's initial value) until the thread
+  // registered its exit flush at its first slow-path call, and again after that flush:
+  // a free with no room left takes the slow path, so the fast path is one comparison.
+  std::uint32_t m_room[k_frame_classes];
   std::uint8_t m_state;  // 0: new, 1: caching (exit flush registered), 2: thread exiting
 };
 
@@ -57,7 +60,7 @@ WEFT_INLINE void* allocate_frame(std::size_t n) {
     frame_cache& c = t_frame_cache;
     if (frame_node* f = c.m_free[cls]) [[likely]] {
       c.m_free[cls] = f->m_next;
-      --c.m_count[cls];
+      ++c.m_room[cls];
       return f;
     }
     return allocate_frame_slow(cls);
@@ -75,14 +78,14 @@ WEFT_INLINE void deallocate_frame(void* p, std::size_t n) noexcept {
     }
     const std::size_t cls = frame_class(n);
     frame_cache& c = t_frame_cache;
-    if (c.m_count[cls] >= k_cache_limit || c.m_state != 1) [[unlikely]] {
+    if (c.m_room[cls] == 0) [[unlikely]] {
       release_frame_slow(p, cls);
       return;
     }
     auto* f = static_cast<frame_node*>(p);
     f->m_next = c.m_free[cls];
     c.m_free[cls] = f;
-    ++c.m_count[cls];
+    --c.m_room[cls];
   }
 }
 
