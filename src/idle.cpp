@@ -2,11 +2,13 @@
 //
 // The pool's idle word m_idle counts parked workers (low half) and searching workers
 // (high half). Protocol:
-// * New work made visible by a worker (a share of its deque) wakes a parked worker only
-//   when nobody is searching: a searcher will find the work anyway. The check is a
-//   relaxed load on the push path (worker_context.hpp); if it misses a worker that is
-//   just parking, no work is lost: the work is in the pusher's own deque and the pusher
-//   runs it itself (only parallelism is lost, until its next push looks again).
+// * A worker about to park raises the share request of every other deque. The next
+//   push there shares half of the pusher's private work and, when some worker is
+//   parked and nobody is searching, wakes one (a searcher would find the work anyway).
+//   The push path itself reads only the request flag of its own deque. If a request
+//   races with the owner clearing it, no work is lost: the work is in the pusher's own
+//   deque and the pusher runs it itself (only parallelism is lost, until a later
+//   request or search).
 // * Work posted from outside goes into an inbox with a seq_cst increment of its size,
 //   then notify_external() reads m_idle (seq_cst); a parking worker registers in m_idle
 //   (seq_cst) and then re-reads every inbox size and deque word (seq_cst). In the single
@@ -65,7 +67,7 @@ void pool_impl::wake_one() noexcept {
 
 void pool_impl::notify_external() noexcept {
   const std::uint64_t s = m_idle.load(std::memory_order_seq_cst);  // after the seq_cst inbox increment
-  if ((s & k_sleepers_mask) != 0 && s < k_searching_one) wake_one();
+  if (s - 1 < k_sleepers_mask) wake_one();  // some parked, none searching
 }
 
 void pool_impl::leave_searching(worker& w) noexcept {
@@ -95,6 +97,11 @@ bool worker::park() noexcept {
     pool.m_sleeping.push_back(this);
     pool.m_idle.fetch_add(1, std::memory_order_seq_cst);
   }
+  // Ask every other worker to share its private work at its next push: that push then
+  // sees this worker parked (on_work_available) and wakes it.
+  for (const auto& other : pool.m_workers)
+    if (other.get() != this)
+      for (unsigned p = 0; p < other->m_prios; ++p) other->m_deques[p].request_share();
   if (pool.any_work_seq_cst()) {
     std::unique_lock lock(pool.m_idle_mutex);
     auto it = std::find(pool.m_sleeping.begin(), pool.m_sleeping.end(), this);

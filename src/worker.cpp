@@ -67,7 +67,6 @@ worker::worker(pool_impl& pool, unsigned index, unsigned prios)
   m_prios = prios;
   m_index = index;
   m_executor = &pool.m_owner;
-  m_idle = &pool.m_idle;
 }
 
 void worker::run() {
@@ -109,7 +108,10 @@ void* worker::find_work() noexcept {
 void on_work_available(worker_context& ctx, split_deque& d) noexcept {
   auto& w = static_cast<worker&>(ctx);
   if (!d.share()) return;
-  if (idle_workers_want_work(w)) w.m_pool.wake_one();
+  // seq_cst, after share()'s seq_cst CAS: pairs with a parking worker's registration
+  // and re-check in park() (one of the two sees the other).
+  const std::uint64_t s = w.m_pool.m_idle.load(std::memory_order_seq_cst);
+  if (s - 1 < k_sleepers_mask) w.m_pool.wake_one();  // some parked, none searching
 }
 
 void push_overflow(worker_context& ctx, unsigned prio, void* item) {

@@ -51,7 +51,7 @@ task<std::tuple<tuple_slot_t<Ts>...>> spawn_tuple_impl(task<Ts>... ts) {
     }
     if (w != nullptr && n > 1) {
       split_deque& d = w->m_deques[prio];
-      if (d.share_requested() || idle_workers_want_work(*w)) on_work_available(*w, d);
+      if (d.share_requested()) on_work_available(*w, d);
     }
   }
   [[maybe_unused]] auto join = [&]<std::size_t I>(std::integral_constant<std::size_t, I>) {

@@ -38,7 +38,7 @@ void fork_bulk(std::span<const std::coroutine_handle<Promise>> hs) {
     p.m_parent_prio = static_cast<std::uint8_t>(prio);
     d.push(h.address());
   }
-  if (d.share_requested() || idle_workers_want_work(*w)) on_work_available(*w, d);
+  if (d.share_requested()) on_work_available(*w, d);
 }
 
 /// Runs awaited-mode task `h` inline, keeping its result in its frame.

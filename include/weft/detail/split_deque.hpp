@@ -116,6 +116,12 @@ class split_deque {
     return nullptr;
   }
 
+  /// Any thread: ask the owner to share at its next push or pop (a worker about to
+  /// park does this to every deque, so that new work wakes it).
+  void request_share() noexcept {
+    if (!m_split_req.load(std::memory_order_relaxed)) m_split_req.store(true, std::memory_order_relaxed);
+  }
+
   /// Any thread, racy: does the shared region look non-empty?
   bool looks_stealable() const noexcept {
     const std::uint64_t w = m_public.load(std::memory_order_relaxed);

@@ -21,8 +21,7 @@ struct worker_context {
   split_deque* m_deques = nullptr;  // one per priority level, [0, m_prios)
   unsigned m_prios = 0;
   unsigned m_index = 0;
-  executor* m_executor = nullptr;                      // the owning pool
-  const std::atomic<std::uint64_t>* m_idle = nullptr;  // the pool's idle state word
+  executor* m_executor = nullptr;  // the owning pool
 };
 
 /// Slow path after a push or pop (src/worker.cpp): share work with thieves that asked
@@ -31,20 +30,16 @@ void on_work_available(worker_context& w, split_deque& d) noexcept;
 /// The deque is full: queue `item` in the worker's inbox instead (src/worker.cpp).
 void push_overflow(worker_context& w, unsigned prio, void* item);
 
-/// True when some worker sleeps and none is searching: new work should wake one.
-WEFT_INLINE bool idle_workers_want_work(const worker_context& w) noexcept {
-  const std::uint64_t s = w.m_idle->load(std::memory_order_relaxed);  // a hint only
-  return (s & k_sleepers_mask) != 0 && s < k_searching_one;
-}
-
-/// Owner: push ready work (a coroutine frame address) at priority prio.
+/// Owner: push ready work (a coroutine frame address) at priority prio. The only
+/// shared-memory read is the deque's share request, which both searching thieves and
+/// workers about to park raise (so the push path needs no look at the idle state).
 WEFT_INLINE void push_local(worker_context& w, unsigned prio, void* item) {
   split_deque& d = w.m_deques[prio];
   if (!d.push(item)) [[unlikely]] {
     push_overflow(w, prio, item);
     return;
   }
-  if (d.share_requested() || idle_workers_want_work(w)) [[unlikely]]
+  if (d.share_requested()) [[unlikely]]
     on_work_available(w, d);
 }
 
