@@ -1,0 +1,266 @@
+#!/usr/bin/env python3
+"""bench/run's engine: build Release, run every workload x flavor x thread
+count, check every answer, print one table per workload, and write
+bench/results/latest.json and bench/results/<workload>.svg (BENCH.md).
+
+A workload is one line of WORKLOADS; report.py turns the records into text,
+JSON and SVG. Exits 1 when any run failed (wrong answer, crash, time-out)."""
+
+import argparse
+import dataclasses
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import report
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    name: str                      # also the binary's name
+    flavors: tuple                 # in table order; a binary may lack some (fj without weft)
+    size: int                      # BENCH.md's default size
+    quick_size: int                # --quick: the whole run stays under a minute
+    size_label: str = "size={:,}"  # how tables and charts name a size
+    baseline: str = "seq"          # speedups are over this flavor, run at 1 thread only
+    peers: tuple = ("tbb", "omp")  # "vs peer" is over the best of these
+
+
+COMPUTE = ("seq", "fj", "tbb", "omp")
+WORKLOADS = [
+    Workload("fib", COMPUTE, 39, 30, "n={}"),
+    Workload("skynet", COMPUTE, 100_000_000, 1_000_000, "{:,} leaves"),
+    Workload("nqueens", COMPUTE, 14, 10, "n={}"),
+    Workload("matmul", COMPUTE, 2048, 256, "N={}"),
+]
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="bench/run", description="Build Release, run every benchmark "
+                                "(binary x flavor x thread count), check every answer, report (BENCH.md).")
+    p.add_argument("--quick", action="store_true", help="small sizes, the whole run under a minute")
+    p.add_argument("--sweep", action="store_true", help="every thread count 1..nproc (default: 1 and nproc)")
+    p.add_argument("--runs", type=int, default=3, help="timed runs per binary x flavor x threads (default 3)")
+    p.add_argument("--only", action="append", choices=[w.name for w in WORKLOADS], metavar="WORKLOAD",
+                   help="run only this workload (repeatable): " + ", ".join(w.name for w in WORKLOADS))
+    p.add_argument("--timeout", type=float, default=None,
+                   help="seconds per binary invocation (default 60 with --quick, else 1200)")
+    p.add_argument("--build-dir", type=Path, default=ROOT / "build" / "bench-release",
+                   help="CMake build directory (default build/bench-release)")
+    p.add_argument("--no-build", action="store_true", help="use the binaries already in --build-dir")
+    p.add_argument("--results", type=Path, default=ROOT / "bench" / "results",
+                   help="where latest.json and the SVG charts go (default bench/results)")
+    args = p.parse_args(argv)
+    if args.runs < 1:
+        p.error("--runs must be >= 1")
+    if args.timeout is None:
+        args.timeout = 60.0 if args.quick else 1200.0
+    return args
+
+
+def cmake_cached_compiler(build_dir):
+    cache = build_dir / "CMakeCache.txt"
+    if not cache.exists():
+        return None
+    m = re.search(r"^CMAKE_CXX_COMPILER:\w+=(.*)$", cache.read_text(), re.M)
+    return m.group(1).strip() if m else None
+
+
+def build(args, workloads):
+    """Configures build_dir (from scratch when $CXX changed) and builds the bench targets."""
+    cxx = os.environ.get("CXX") or "clang++-19"
+    cxx_path = shutil.which(cxx)
+    if cxx_path is None:
+        sys.exit(f"bench/run: compiler '{cxx}' not found (set CXX)")
+    cached = cmake_cached_compiler(args.build_dir)
+    if cached and os.path.realpath(cached) != os.path.realpath(cxx_path):
+        print(f"bench/run: compiler changed ({cached} -> {cxx_path}), reconfiguring", file=sys.stderr)
+        (args.build_dir / "CMakeCache.txt").unlink()
+        shutil.rmtree(args.build_dir / "CMakeFiles", ignore_errors=True)
+    # Configuring every time is cheap and keeps the options right.
+    run_or_exit(["cmake", "-S", str(ROOT), "-B", str(args.build_dir), "-G", "Ninja",
+                 "-DCMAKE_BUILD_TYPE=Release", f"-DCMAKE_CXX_COMPILER={cxx_path}",
+                 "-DWEFT_BUILD_TESTS=OFF", "-DWEFT_BUILD_BENCH=ON"], "configure")
+    targets = [f"weft_bench_{w.name}" for w in workloads]
+    run_or_exit(["cmake", "--build", str(args.build_dir), "--target", *targets], "build")
+    return cxx_path
+
+
+def run_or_exit(cmd, what):
+    """Runs a set-up step quietly; on failure shows its output and exits."""
+    print(f"bench/run: {what}: " + " ".join(cmd), file=sys.stderr)
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.stderr.write("\n".join((proc.stdout + proc.stderr).splitlines()[-80:]) + "\n")
+        sys.exit(f"bench/run: {what} failed")
+
+
+def binary_path(args, workload):
+    return args.build_dir / "bench" / workload.name
+
+
+def built_flavors(path):
+    """The flavors the binary has (`--list`), or None when it is missing or broken."""
+    if not path.exists():
+        return None
+    try:
+        out = subprocess.run([str(path), "--list"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.split() if out.returncode == 0 else None
+
+
+def thread_counts(args):
+    nproc = len(os.sched_getaffinity(0))
+    return list(range(1, nproc + 1)) if args.sweep else sorted({1, nproc})
+
+
+def plan(args, workloads):
+    """[(workload, flavor, threads)] to run, and notes on what is skipped."""
+    jobs, notes = [], []
+    for w in workloads:
+        have = built_flavors(binary_path(args, w))
+        if have is None:
+            jobs += [(w, f, None) for f in w.flavors[:1]]  # reported as one FAIL row
+            continue
+        for f in w.flavors:
+            if f not in have:
+                notes.append(f"{w.name}: flavor {f} not built into {binary_path(args, w)}")
+                continue
+            counts = [1] if f == w.baseline else thread_counts(args)
+            jobs += [(w, f, t) for t in counts]
+    return jobs, notes
+
+
+DURATION = re.compile(r"^\s*duration:\s*(\d+)\s*us\s*$", re.M)
+MAX_RSS = re.compile(r"^\s*max_rss:\s*(\d+)\s*KiB\s*$", re.M)
+OUTPUT = re.compile(r"^output:\s*(\S+)\s*$", re.M)
+FAIL = re.compile(r"^FAIL:\s*(.*)$", re.M)
+
+
+def launch(cmd, timeout):
+    """Runs cmd; returns (exit code, stdout, stderr). Raises TimeoutExpired after
+    killing it.
+
+    The binary is started by a shell that forks it, not by this process
+    directly: Linux carries a process's peak RSS across exec, so a binary
+    exec'd straight from Python would report Python's peak as its max_rss.
+    A signal that kills the binary comes back as the shell's 128 + signal."""
+    proc = subprocess.Popen(["sh", "-c", '"$@"; exit $?', "sh", *cmd], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    return proc.returncode, stdout, stderr
+
+
+def signal_name(number):
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def run_one(args, w, flavor, threads):
+    """Runs one binary x flavor x thread count; returns its record."""
+    size = w.quick_size if args.quick else w.size
+    rec = {"workload": w.name, "flavor": flavor, "threads": threads, "size": size,
+           "status": "FAIL", "reason": "", "runs": [], "output": None, "exit_code": None}
+    path = binary_path(args, w)
+    if threads is None:
+        rec["reason"] = f"binary missing or broken: {path}"
+        return rec
+    cmd = [str(path), "--flavor", flavor, "--threads", str(threads), "--size", str(size),
+           "--runs", str(args.runs)]
+    rec["command"] = " ".join(cmd)
+    start = time.monotonic()
+    try:
+        code, stdout, stderr = launch(cmd, args.timeout)
+    except subprocess.TimeoutExpired:
+        rec["reason"] = f"timed out after {args.timeout:.0f} s"
+        return rec
+    finally:
+        rec["wall_s"] = round(time.monotonic() - start, 3)
+    rec["exit_code"] = code
+    rec["stdout"], rec["stderr"] = stdout, stderr[-2000:]
+    durations = [int(x) for x in DURATION.findall(stdout)]
+    rss = [int(x) for x in MAX_RSS.findall(stdout)]
+    out = OUTPUT.search(stdout)
+    rec["runs"] = [{"duration_us": d, "max_rss_kib": r} for d, r in zip(durations, rss)]
+    rec["output"] = out.group(1) if out else None
+    if m := FAIL.search(stdout):
+        rec["reason"] = m.group(1)
+    elif code > 128:
+        rec["reason"] = f"killed by {signal_name(code - 128)}"
+    elif code != 0:
+        last = (stderr.strip().splitlines() or ["no message"])[-1]
+        rec["reason"] = f"exit code {code}: {last}"
+    elif len(rec["runs"]) != args.runs or len(durations) != len(rss) or out is None:
+        rec["reason"] = "output not in the BENCH.md format"
+    else:
+        rec["status"] = "ok"
+    return rec
+
+
+class Progress:
+    """One status line on stderr: what runs now, n of m, elapsed."""
+
+    def __init__(self, total):
+        self.total, self.start = total, time.monotonic()
+        self.tty = sys.stderr.isatty()
+
+    def show(self, n, text):
+        line = f"[{n:>{len(str(self.total))}}/{self.total}] {text}  ({time.monotonic() - self.start:.1f} s elapsed)"
+        if self.tty:
+            sys.stderr.write("\r\033[K" + line)
+        else:
+            sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+    def done(self):
+        if self.tty:
+            sys.stderr.write("\r\033[K")
+        sys.stderr.write(f"bench/run: {self.total} invocations in {time.monotonic() - self.start:.1f} s\n")
+
+
+def main(argv):
+    args = parse_args(argv)
+    workloads = [w for w in WORKLOADS if not args.only or w.name in args.only]
+    cxx = None if args.no_build else build(args, workloads)
+    cxx = cxx or cmake_cached_compiler(args.build_dir) or os.environ.get("CXX") or "clang++-19"
+
+    jobs, notes = plan(args, workloads)
+    progress = Progress(len(jobs))
+    records = []
+    for n, (w, flavor, threads) in enumerate(jobs, 1):
+        progress.show(n, f"{w.name} --flavor {flavor} --threads {threads} "
+                         f"--size {w.quick_size if args.quick else w.size} ({args.runs} runs)")
+        records.append(run_one(args, w, flavor, threads))
+    progress.done()
+
+    print(report.tables(workloads, records, args.runs, notes))
+    args.results.mkdir(parents=True, exist_ok=True)
+    report.write_json(args.results / "latest.json", ROOT, cxx, args, records)
+    for w in workloads:
+        report.write_svg(args.results / f"{w.name}.svg", w, [r for r in records if r["workload"] == w.name],
+                         args.runs)
+    print(f"results: {args.results / 'latest.json'} and {len(workloads)} SVG chart(s)")
+    failed = [r for r in records if r["status"] != "ok"]
+    if failed:
+        print(f"bench/run: {len(failed)} run(s) FAILED", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

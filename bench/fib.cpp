@@ -1,0 +1,79 @@
+// fib: recursive fork x2 (BENCH.md). Answer fib(n); default n = 39.
+// Every flavor forks fib(n-1) and runs fib(n-2) inline, down to n < 2.
+#include <cstdint>
+#include <utility>
+
+#include <tbb/task_group.h>
+
+#include "common/driver.hpp"
+#include "common/executors.hpp"
+
+namespace {
+
+using weft_bench::tbb_arena;
+
+std::uint64_t fib_seq(std::uint64_t n) {
+  if (n < 2) return n;
+  return fib_seq(n - 1) + fib_seq(n - 2);
+}
+
+std::uint64_t fib_tbb(std::uint64_t n) {
+  if (n < 2) return n;
+  std::uint64_t a = 0;
+  tbb::task_group g;
+  g.run([&a, n] { a = fib_tbb(n - 1); });
+  std::uint64_t b = 0;
+  g.run_and_wait([&b, n] { b = fib_tbb(n - 2); });
+  return a + b;
+}
+
+std::uint64_t fib_omp(std::uint64_t n) {
+  if (n < 2) return n;
+  std::uint64_t a = 0;
+#pragma omp task shared(a)
+  a = fib_omp(n - 1);
+  const std::uint64_t b = fib_omp(n - 2);
+#pragma omp taskwait
+  return a + b;
+}
+
+#if __has_include(<weft/weft.hpp>)
+weft::task<std::uint64_t> fib_fj(std::uint64_t n) {
+  if (n < 2) co_return n;
+  auto a = weft::spawn(fib_fj(n - 1)).fork();
+  const std::uint64_t b = co_await fib_fj(n - 2);
+  co_return b + co_await a;
+}
+#endif
+
+std::uint64_t fib_answer(std::uint64_t n) {
+  std::uint64_t a = 0, b = 1;
+  for (std::uint64_t i = 0; i < n; ++i) b = std::exchange(a, b) + b;
+  return a;
+}
+
+const weft_bench::workload<std::uint64_t> k_fib{
+    .name = "fib",
+    .size_meaning = "n, computes fib(n); 1..90",
+    .default_size = 39,
+    .size_ok = [](std::uint64_t n) { return n >= 1 && n <= 90; },
+    .check = [](std::uint64_t n, const std::uint64_t& got) {
+      return weft_bench::expect_equal(got, fib_answer(n));
+    },
+    .flavors = {
+        {"seq", [](int, std::uint64_t n) { return fib_seq(n); }},
+#if __has_include(<weft/weft.hpp>)
+        {"fj", [](int t, std::uint64_t n) { return weft::sync_wait(weft_bench::weft_pool(t), fib_fj(n)); }},
+#endif
+        {"tbb", [](int t, std::uint64_t n) {
+           std::uint64_t r = 0;
+           tbb_arena(t).execute([&r, n] { r = fib_tbb(n); });
+           return r;
+         }},
+        {"omp", [](int t, std::uint64_t n) { return weft_bench::omp_root(t, [n] { return fib_omp(n); }); }},
+    },
+};
+
+}  // namespace
+
+int main(int argc, char** argv) { return weft_bench::run(argc, argv, k_fib); }

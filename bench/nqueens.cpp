@@ -1,0 +1,134 @@
+// nqueens: count the placements of n queens on an n x n board (BENCH.md);
+// default n = 14. Each node is a board with `row` queens placed, one per row;
+// it forks one child per column of the next row that no queen attacks, so up
+// to n children. The board travels by value, as in the runtime-benchmarks suite.
+#include <array>
+#include <cstdint>
+
+#include <tbb/task_group.h>
+
+#include "common/driver.hpp"
+#include "common/executors.hpp"
+
+namespace {
+
+using weft_bench::tbb_arena;
+
+constexpr int k_max_n = 14;
+using board = std::array<char, k_max_n>;  // board[r] = column of the queen in row r
+
+constexpr std::array<std::uint64_t, k_max_n + 1> k_solutions = {
+    1, 1, 0, 0, 2, 10, 4, 40, 92, 352, 724, 2'680, 14'200, 73'712, 365'596};
+
+/// True when a queen at (row, col) is attacked by none of rows 0..row-1.
+bool fits(const board& b, int row, int col) {
+  for (int r = 0; r < row; ++r) {
+    const int d = row - r;
+    if (b[r] == col || b[r] == col - d || b[r] == col + d) return false;
+  }
+  return true;
+}
+
+int nqueens_seq(int n, int row, board b) {
+  if (row == n) return 1;
+  int total = 0;
+  for (int col = 0; col < n; ++col) {
+    if (!fits(b, row, col)) continue;
+    b[row] = static_cast<char>(col);
+    total += nqueens_seq(n, row + 1, b);
+  }
+  return total;
+}
+
+/// The columns of row `row` that fit, and how many there are.
+int fitting_columns(int n, int row, const board& b, std::array<char, k_max_n>& cols) {
+  int k = 0;
+  for (int col = 0; col < n; ++col) {
+    if (fits(b, row, col)) cols[k++] = static_cast<char>(col);
+  }
+  return k;
+}
+
+int nqueens_tbb(int n, int row, board b) {
+  if (row == n) return 1;
+  std::array<char, k_max_n> cols;
+  const int k = fitting_columns(n, row, b, cols);
+  if (k == 0) return 0;
+  std::array<int, k_max_n> parts;
+  tbb::task_group g;
+  for (int i = 0; i + 1 < k; ++i) {
+    b[row] = cols[i];
+    g.run([&parts, i, n, row, b] { parts[i] = nqueens_tbb(n, row + 1, b); });
+  }
+  b[row] = cols[k - 1];
+  g.run_and_wait([&parts, k, n, row, b] { parts[k - 1] = nqueens_tbb(n, row + 1, b); });
+  int total = 0;
+  for (int i = 0; i < k; ++i) total += parts[i];
+  return total;
+}
+
+int nqueens_omp(int n, int row, board b) {
+  if (row == n) return 1;
+  std::array<char, k_max_n> cols;
+  const int k = fitting_columns(n, row, b, cols);
+  if (k == 0) return 0;
+  std::array<int, k_max_n> parts;
+  for (int i = 0; i + 1 < k; ++i) {
+    b[row] = cols[i];
+#pragma omp task shared(parts) firstprivate(b)
+    parts[i] = nqueens_omp(n, row + 1, b);
+  }
+  b[row] = cols[k - 1];
+  parts[k - 1] = nqueens_omp(n, row + 1, b);
+#pragma omp taskwait
+  int total = 0;
+  for (int i = 0; i < k; ++i) total += parts[i];
+  return total;
+}
+
+#if __has_include(<weft/weft.hpp>)
+weft::task<int> nqueens_fj(int n, int row, board b) {
+  if (row == n) co_return 1;
+  std::array<weft::fork_handle<int>, k_max_n> children;
+  std::size_t k = 0;
+  for (int col = 0; col < n; ++col) {
+    if (!fits(b, row, col)) continue;
+    b[row] = static_cast<char>(col);
+    children[k++] = weft::spawn(nqueens_fj(n, row + 1, b)).fork();
+  }
+  // Newest first: each join finds its child at the bottom of this worker's deque.
+  int total = 0;
+  for (std::size_t i = k; i-- > 0;) total += co_await children[i];
+  co_return total;
+}
+#endif
+
+const weft_bench::workload<std::uint64_t> k_nqueens{
+    .name = "nqueens",
+    .size_meaning = "n, the board's side, 1..14",
+    .default_size = 14,
+    .size_ok = [](std::uint64_t n) { return n >= 1 && n <= k_max_n; },
+    .check = [](std::uint64_t n, const std::uint64_t& got) {
+      return weft_bench::expect_equal(got, k_solutions[n]);
+    },
+    .flavors = {
+        {"seq", [](int, std::uint64_t n) -> std::uint64_t { return nqueens_seq(int(n), 0, {}); }},
+#if __has_include(<weft/weft.hpp>)
+        {"fj", [](int t, std::uint64_t n) -> std::uint64_t {
+           return weft::sync_wait(weft_bench::weft_pool(t), nqueens_fj(int(n), 0, {}));
+         }},
+#endif
+        {"tbb", [](int t, std::uint64_t n) -> std::uint64_t {
+           int r = 0;
+           tbb_arena(t).execute([&r, n] { r = nqueens_tbb(int(n), 0, {}); });
+           return r;
+         }},
+        {"omp", [](int t, std::uint64_t n) -> std::uint64_t {
+           return weft_bench::omp_root(t, [n] { return nqueens_omp(int(n), 0, {}); });
+         }},
+    },
+};
+
+}  // namespace
+
+int main(int argc, char** argv) { return weft_bench::run(argc, argv, k_nqueens); }
