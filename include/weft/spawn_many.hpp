@@ -72,12 +72,16 @@ auto spawn_many_vector(std::vector<task<T>> ts) -> task<decltype(collect<T>(ts))
 
 template <class T, std::size_t N>
 auto spawn_many_array(std::array<task<T>, N> ts) -> task<decltype(collect_array(ts))> {
-  std::array<typename task<T>::handle_type, N> hs;
+  using promise = typename task<T>::promise_type;
+  std::array<std::coroutine_handle<promise>, N> hs;
   for (std::size_t i = 0; i < N; ++i) {
     if (!ts[i].valid()) [[unlikely]] throw_bad_await("weft::spawn_many: empty or moved-from task");
     hs[i] = ts[i].handle();
   }
-  co_await run_all<typename task<T>::promise_type>(hs);
+  // run_all's steps, inline here to save a coroutine frame per call.
+  if constexpr (N > 1) fork_bulk(std::span<const std::coroutine_handle<promise>>(hs).first(N - 1));
+  if constexpr (N > 0) co_await run_inline_awaiter<promise>{hs[N - 1]};
+  for (std::size_t i = N - 1; i-- > 0;) co_await join_awaiter<promise>{hs[i]};
   co_return collect_array(ts);
 }
 
