@@ -79,7 +79,10 @@ auto spawn_many_array(std::array<task<T>, N> ts) -> task<decltype(collect_array(
     hs[i] = ts[i].handle();
   }
   // run_all's steps, inline here to save a coroutine frame per call.
-  if constexpr (N > 1) fork_bulk(std::span<const std::coroutine_handle<promise>>(hs).first(N - 1));
+  if constexpr (N > 1) {
+    fork_bulk(std::span<const std::coroutine_handle<promise>>(hs).first(N - 1));
+    if (t_worker != nullptr) hs[N - 1].promise().m_next_join = hs[N - 2].address();
+  }
   if constexpr (N > 0) co_await run_inline_awaiter<promise>{hs[N - 1]};
   for (std::size_t i = N - 1; i-- > 0;) co_await join_awaiter<promise>{hs[i]};
   co_return collect_array(ts);

@@ -40,6 +40,7 @@ struct promise_base {
   std::coroutine_handle<> m_continuation;  // awaited, or forked and joined inline
   std::atomic<std::uintptr_t> m_join{k_join_none};
   executor* m_home = nullptr;  // forked to another executor: where the parent resumes
+  void* m_next_join = nullptr;  // bulk forks: the sibling joined after this one (weft/detail/bulk.hpp)
   completion m_mode = completion::awaited;
   bool m_joined_inline = false;  // forked, but the parent popped it back and ran it itself
   std::uint8_t m_prio = 0;        // priority it was queued at (forked/detached)
@@ -84,13 +85,37 @@ WEFT_NOINLINE std::coroutine_handle<> complete_queued(std::coroutine_handle<Prom
   return parent;
 }
 
+/// A child of a bulk fork finished inline: if the sibling to be joined next is still the
+/// newest item of this worker's deque, run it right away on the same continuation
+/// instead of going back to the joining coroutine (which would only pop it itself).
+/// The joiner finds the chained children marked done in m_join (weft/detail/bulk.hpp).
+template <class Promise>
+WEFT_INLINE std::coroutine_handle<> chain_next_join(Promise& p) noexcept {
+  auto next = std::coroutine_handle<Promise>::from_address(p.m_next_join);
+  worker_context* w = t_worker;
+  Promise& np = next.promise();
+  if (w != nullptr && np.m_prio == p.m_prio && np.m_prio < w->m_prios &&
+      w->m_deques[np.m_prio].peek_private() == p.m_next_join) {
+    (void)w->m_deques[np.m_prio].pop();
+    np.m_joined_inline = true;
+    np.m_continuation = p.m_continuation;
+    // Marked done already: nobody else can see it now, and the joiner only looks after
+    // the chain ends, i.e. after `next` finished.
+    np.m_join.store(k_join_done, std::memory_order_relaxed);
+    return next;
+  }
+  return p.m_continuation;
+}
+
 struct final_awaiter {
   bool await_ready() const noexcept { return false; }
   template <class Promise>
   WEFT_INLINE std::coroutine_handle<> await_suspend(std::coroutine_handle<Promise> h) noexcept {
     Promise& p = h.promise();
-    if (p.m_mode == completion::awaited || p.m_joined_inline) [[likely]]
+    if (p.m_mode == completion::awaited || p.m_joined_inline) [[likely]] {
+      if (p.m_next_join != nullptr) return chain_next_join(p);
       return p.m_continuation;
+    }
     return complete_queued(h);
   }
   void await_resume() const noexcept {}

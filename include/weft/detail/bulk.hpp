@@ -31,11 +31,14 @@ void fork_bulk(std::span<const std::coroutine_handle<Promise>> hs) {
     return;
   }
   split_deque& d = w->m_deques[prio];
+  void* previous = nullptr;  // children are joined newest first: i is joined right after i + 1
   for (auto h : hs) {
     promise_base& p = h.promise();
     p.m_mode = completion::forked;
     p.m_prio = static_cast<std::uint8_t>(prio);
     p.m_parent_prio = static_cast<std::uint8_t>(prio);
+    p.m_next_join = previous;
+    previous = h.address();
     d.push(h.address());
   }
   if (d.share_requested()) on_work_available(*w, d);
@@ -60,6 +63,7 @@ task<void> run_all(std::span<const std::coroutine_handle<Promise>> hs) {
   const std::size_t n = hs.size();
   if (n == 0) co_return;
   fork_bulk(hs.first(n - 1));
+  if (n > 1 && t_worker != nullptr) hs[n - 1].promise().m_next_join = hs[n - 2].address();
   co_await run_inline_awaiter<Promise>{hs[n - 1]};
   for (std::size_t i = n - 1; i-- > 0;) co_await join_awaiter<Promise>{hs[i]};
 }
