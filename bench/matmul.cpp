@@ -108,7 +108,7 @@ weft::task<void> matmul_fj(product p) {
 }
 #endif
 
-/// An n x n int matrix in its own anonymous mapping. malloc would serve a run's
+/// An n x n int matrix in its own anonymous mapping (huge pages advised). malloc would serve a run's
 /// matrices from fresh pages or from reused heap depending on its history (its
 /// mmap threshold moves), so one flavor paid ~190 page faults a run at N = 256 and
 /// another none, and heap placement changed the layout modulo 4 KiB. A mapping of
@@ -119,6 +119,11 @@ class matrix {
   matrix(std::size_t n, int value) : m_bytes(std::max<std::size_t>(1, n * n * sizeof(int))) {
     void* p = mmap(nullptr, m_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) throw std::bad_alloc();
+    // Transparent huge pages where the kernel offers them (enabled=madvise here):
+    // 2 MiB pages cut the first-touch faults of the fill, which is sequential and
+    // timed, from 4096 to 8 per matrix, and the TLB misses of the column walks.
+    // Same for every flavor, seq included.
+    (void)madvise(p, m_bytes, MADV_HUGEPAGE);
     m_cells = static_cast<int*>(p);
     std::fill_n(m_cells, n * n, value);
   }
