@@ -18,7 +18,8 @@
 //   in one atomic step, sets its futex word and wakes it. A searcher that finds work
 //   stops searching; if it was the last searcher and workers are parked, it wakes one
 //   more (there may be more work where it found some).
-// * Shutdown: stop() sets m_stopping and wakes everyone. Workers drain all work; the
+// * Shutdown: stop() sets m_stopping, waits until no foreign thread is inside
+//   schedule() (so none touches the pool after its destruction), and wakes everyone. Workers drain all work; the
 //   last worker to park, finding every other worker parked and every queue empty under
 //   m_idle_mutex, sets m_done and wakes all, and they exit. Parked workers cannot take
 //   or make work, and foreign threads can no longer post, so the check is stable.
@@ -28,6 +29,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <thread>
 
 #include "pool_impl.hpp"
 
@@ -120,6 +122,9 @@ bool worker::park() noexcept {
 
 void pool_impl::stop() noexcept {
   m_stopping.store(true, std::memory_order_seq_cst);
+  // Let foreign threads that got in before the stop finish queueing (and finish
+  // touching this pool): their work is then visible to the drain below.
+  while (m_schedulers.load(std::memory_order_acquire) != 0) std::this_thread::yield();
   {
     std::lock_guard lock(m_idle_mutex);
     for (worker* w : m_sleeping) wake_locked(*this, *w, true);

@@ -44,7 +44,14 @@ void pool_impl::schedule(void* item, unsigned prio) {
     push_local(*w, prio, item);
     return;
   }
-  if (m_stopping.load(std::memory_order_acquire))
+  struct in_schedule {
+    std::atomic<std::uint32_t>& count;
+    explicit in_schedule(std::atomic<std::uint32_t>& c) : count(c) { count.fetch_add(1, std::memory_order_seq_cst); }
+    ~in_schedule() { count.fetch_sub(1, std::memory_order_release); }  // pairs with the acquire in stop()
+  } guard(m_schedulers);
+  // seq_cst with the increment above, against stop()'s store and load: either we see
+  // m_stopping, or stop() sees us and waits until we are done.
+  if (m_stopping.load(std::memory_order_seq_cst))
     throw shutdown_error("weft::thread_pool: cannot queue work, the pool is shutting down");
   // Prefer a parked worker: give it the work directly and wake it.
   if ((m_idle.load(std::memory_order_relaxed) & k_sleepers_mask) != 0) {

@@ -88,6 +88,9 @@ class pool_impl {
   std::vector<worker*> m_sleeping;  // guarded by m_idle_mutex
   std::atomic<bool> m_done{false};  // set under m_idle_mutex when the pool has drained
   std::atomic<bool> m_stopping{false};
+  // Foreign threads inside schedule(): the pool may not be destroyed under them (a
+  // task they queue can finish, and its owner destroy the pool, before they return).
+  std::atomic<std::uint32_t> m_schedulers{0};
   std::atomic<unsigned> m_next_inbox{0};
 };
 

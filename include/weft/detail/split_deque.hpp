@@ -41,10 +41,12 @@ inline constexpr std::size_t k_cache_line = 64;
 class split_deque {
  public:
   static constexpr std::uint32_t k_index_bits = 20;
-  static constexpr std::uint32_t k_capacity = (1u << k_index_bits) - 1;  // slots usable
+  // Slots usable. Beyond it push() fails and the caller queues the work in the worker's
+  // inbox instead (bulk forks of more children than this, or absurdly deep nesting).
+  static constexpr std::uint32_t k_capacity = (1u << 16) - 1;
 
   split_deque() {
-    // calloc of 8 MiB maps zero pages lazily: only the slots actually used cost RSS.
+    // calloc of 512 KiB maps zero pages lazily: only the slots actually used cost RSS.
     m_slots = static_cast<void**>(std::calloc(std::size_t{k_capacity} + 1, sizeof(void*)));
     if (!m_slots) throw std::bad_alloc{};
   }
