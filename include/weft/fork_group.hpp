@@ -31,10 +31,11 @@ class fork_group {
   /// empty task.
   void fork(task<T> t) {
     if (!t.valid()) [[unlikely]] detail::throw_bad_await("weft::fork_group::fork: empty or moved-from task");
-    m_tasks.reserve(m_tasks.size() + 1);
+    // Grow first (geometrically), so that nothing can throw once the child is queued.
+    if (m_tasks.size() == m_tasks.capacity()) m_tasks.reserve(m_tasks.empty() ? 16 : 2 * m_tasks.size());
     auto h = t.handle();
     h.promise().m_mode = detail::completion::forked;
-    detail::enqueue_child(h.promise(), h, detail::k_inherit_priority, nullptr);
+    detail::enqueue_child(h.promise(), h, detail::k_inherit_priority, nullptr);  // t still frees it if this throws
     m_tasks.push_back(std::move(t));
   }
 

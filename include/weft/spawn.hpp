@@ -95,7 +95,7 @@ class [[nodiscard]] spawn_op {
   WEFT_INLINE fork_handle<T> fork() && {
     auto h = take();
     h.promise().m_mode = detail::completion::forked;
-    detail::enqueue_child(h.promise(), h, m_prio, m_target);
+    enqueue_or_destroy(h);
     return fork_handle<T>{h};
   }
 
@@ -103,7 +103,7 @@ class [[nodiscard]] spawn_op {
   WEFT_INLINE void detach() && {
     auto h = take();
     h.promise().m_mode = detail::completion::detached;
-    detail::enqueue_child(h.promise(), h, m_prio, m_target);
+    enqueue_or_destroy(h);
   }
 
   /// Runs the child and waits for it: inline when nothing was configured, else as a
@@ -133,6 +133,17 @@ class [[nodiscard]] spawn_op {
     }
     decltype(auto) await_resume() { return m_inline.valid() ? m_a.await_resume() : m_f.await_resume(); }
   };
+
+  /// Queues `h`; if that throws (bad priority, executor shutting down), the child never
+  /// ran and nobody else has it: free it, then let the exception out.
+  WEFT_INLINE void enqueue_or_destroy(typename task<T>::handle_type h) {
+    try {
+      detail::enqueue_child(h.promise(), h, m_prio, m_target);
+    } catch (...) {
+      h.destroy();
+      throw;
+    }
+  }
 
   WEFT_INLINE typename task<T>::handle_type take() {
     if (!m_task.valid()) [[unlikely]] detail::throw_bad_await("weft::spawn: empty or moved-from task");

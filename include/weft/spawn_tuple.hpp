@@ -9,6 +9,7 @@
 #include <utility>
 #include <variant>
 
+#include "weft/detail/bulk.hpp"
 #include "weft/detail/fork.hpp"
 #include "weft/task.hpp"
 

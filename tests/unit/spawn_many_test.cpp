@@ -1,0 +1,233 @@
+// weft/spawn_many.hpp: every overload, result order, exceptions after all children,
+// misuse, wide and nested fan-outs.
+#include <weft/spawn_many.hpp>
+
+#include <weft/pool.hpp>
+#include <weft/sync_wait.hpp>
+
+#include <catch2/catch.hpp>
+
+#include "executors.hpp"
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <list>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace {
+
+weft::task<int> square(int i) { co_return i * i; }
+
+std::vector<weft::task<int>> squares(int n) {
+  std::vector<weft::task<int>> ts;
+  for (int i = 0; i < n; ++i) ts.push_back(square(i));
+  return ts;
+}
+
+std::vector<int> expected_squares(int n) {
+  std::vector<int> v;
+  for (int i = 0; i < n; ++i) v.push_back(i * i);
+  return v;
+}
+
+weft::task<void> increment(std::atomic<int>& n) {
+  n.fetch_add(1, std::memory_order_relaxed);
+  co_return;
+}
+
+// Child i throws "child i" when i is in a failing position; every child counts itself.
+weft::task<int> maybe_throws(int i, bool fail, std::atomic<int>& ran) {
+  ran.fetch_add(1, std::memory_order_relaxed);
+  if (fail) throw std::runtime_error("child " + std::to_string(i));
+  co_return i;
+}
+
+// Sum of [lo, hi) by recursive halving with spawn_many of two.
+weft::task<std::uint64_t> range_sum(std::uint64_t lo, std::uint64_t hi) {
+  if (hi - lo <= 4) {
+    std::uint64_t s = 0;
+    for (auto i = lo; i < hi; ++i) s += i;
+    co_return s;
+  }
+  const auto mid = lo + (hi - lo) / 2;
+  std::vector<weft::task<std::uint64_t>> halves;
+  halves.push_back(range_sum(lo, mid));
+  halves.push_back(range_sum(mid, hi));
+  auto r = co_await weft::spawn_many(std::move(halves));
+  co_return r[0] + r[1];
+}
+
+} // namespace
+
+TEMPLATE_LIST_TEST_CASE("spawn_many: results in input order, for every overload", "[spawn_many]",
+                        weft_test::all_executors) {
+  auto pool = TestType::make();
+
+  SECTION("rvalue vector") {
+    auto r = weft::sync_wait(pool, []() -> weft::task<std::vector<int>> {
+      co_return co_await weft::spawn_many(squares(100));
+    }());
+    CHECK(r == expected_squares(100));
+  }
+  SECTION("lvalue vector: the tasks are moved out") {
+    auto r = weft::sync_wait(pool, []() -> weft::task<bool> {
+      auto ts = squares(50);
+      auto v = co_await weft::spawn_many(ts);
+      bool moved = ts.size() == 50;
+      for (auto& t : ts) moved = moved && !t.valid();
+      co_return moved && v == expected_squares(50);
+    }());
+    CHECK(r);
+  }
+  SECTION("a std::list") {
+    auto r = weft::sync_wait(pool, []() -> weft::task<std::vector<int>> {
+      std::list<weft::task<int>> ts;
+      for (int i = 0; i < 30; ++i) ts.push_back(square(i));
+      co_return co_await weft::spawn_many(ts);
+    }());
+    CHECK(r == expected_squares(30));
+  }
+  SECTION("iterator pair") {
+    auto r = weft::sync_wait(pool, []() -> weft::task<std::vector<int>> {
+      auto ts = squares(40);
+      co_return co_await weft::spawn_many(ts.begin() + 10, ts.end());
+    }());
+    auto all = expected_squares(40);
+    CHECK(r == std::vector<int>(all.begin() + 10, all.end()));
+  }
+  SECTION("iterator and count") {
+    auto r = weft::sync_wait(pool, []() -> weft::task<bool> {
+      auto ts = squares(40);
+      auto v = co_await weft::spawn_many(ts.begin() + 5, std::size_t{20});
+      const auto all = expected_squares(25);
+      co_return ts[4].valid() && !ts[5].valid() && !ts[24].valid() && ts[25].valid() &&
+          v == std::vector<int>(all.begin() + 5, all.end());
+    }());
+    CHECK(r);
+  }
+  SECTION("std::array of tasks gives a std::array") {
+    auto r = weft::sync_wait(pool, []() -> weft::task<std::array<int, 4>> {
+      // The array is a named local: g++-12 destroys a braced temporary in a co_await
+      // operand twice (a compiler bug; clang is fine).
+      std::array<weft::task<int>, 4> ts{square(1), square(2), square(3), square(4)};
+      co_return co_await weft::spawn_many(std::move(ts));
+    }());
+    CHECK(r == std::array<int, 4>{1, 4, 9, 16});
+  }
+  SECTION("spawn_many<N>(first) gives a std::array") {
+    auto r = weft::sync_wait(pool, []() -> weft::task<std::array<int, 3>> {
+      auto ts = squares(5);
+      co_return co_await weft::spawn_many<3>(ts.begin() + 2);
+    }());
+    CHECK(r == std::array<int, 3>{4, 9, 16});
+  }
+  SECTION("a single task") {
+    auto r = weft::sync_wait(pool, []() -> weft::task<std::vector<int>> {
+      co_return co_await weft::spawn_many(squares(1));
+    }());
+    CHECK(r == std::vector<int>{0});
+  }
+  SECTION("an empty range gives an empty vector") {
+    auto r = weft::sync_wait(pool, []() -> weft::task<std::vector<int>> {
+      co_return co_await weft::spawn_many(std::vector<weft::task<int>>{});
+    }());
+    CHECK(r.empty());
+  }
+  SECTION("move-only results") {
+    auto r = weft::sync_wait(pool, []() -> weft::task<std::size_t> {
+      std::vector<weft::task<std::unique_ptr<int>>> ts;
+      for (int i = 0; i < 10; ++i) ts.push_back([](int k) -> weft::task<std::unique_ptr<int>> {
+        co_return std::make_unique<int>(k);
+      }(i));
+      auto v = co_await weft::spawn_many(std::move(ts));
+      std::size_t ok = 0;
+      for (int i = 0; i < 10; ++i) ok += (v[i] && *v[i] == i) ? 1 : 0;
+      co_return ok;
+    }());
+    CHECK(r == 10);
+  }
+}
+
+TEMPLATE_LIST_TEST_CASE("spawn_many: void tasks all run", "[spawn_many]", weft_test::all_executors) {
+  auto pool = TestType::make();
+  std::atomic<int> n{0};
+  weft::sync_wait(pool, [](std::atomic<int>& count) -> weft::task<void> {
+    std::vector<weft::task<void>> ts;
+    for (int i = 0; i < 64; ++i) ts.push_back(increment(count));
+    co_await weft::spawn_many(std::move(ts));
+    std::array<weft::task<void>, 2> pair{increment(count), increment(count)};
+    co_await weft::spawn_many(std::move(pair));
+  }(n));
+  CHECK(n == 66);
+}
+
+TEMPLATE_LIST_TEST_CASE("spawn_many: the lowest-index exception is rethrown after all children finished",
+                        "[spawn_many]", weft_test::all_executors) {
+  auto pool = TestType::make();
+  std::atomic<int> ran{0};
+
+  SECTION("vector") {
+    CHECK_THROWS_WITH(weft::sync_wait(pool, [](std::atomic<int>& runs) -> weft::task<std::vector<int>> {
+                        std::vector<weft::task<int>> ts;
+                        for (int i = 0; i < 32; ++i) ts.push_back(maybe_throws(i, i == 7 || i == 3 || i == 31, runs));
+                        co_return co_await weft::spawn_many(std::move(ts));
+                      }(ran)),
+                      "child 3");
+    CHECK(ran == 32);
+  }
+  SECTION("the last (inline) child only") {
+    CHECK_THROWS_WITH(weft::sync_wait(pool, [](std::atomic<int>& runs) -> weft::task<std::vector<int>> {
+                        std::vector<weft::task<int>> ts;
+                        for (int i = 0; i < 8; ++i) ts.push_back(maybe_throws(i, i == 7, runs));
+                        co_return co_await weft::spawn_many(std::move(ts));
+                      }(ran)),
+                      "child 7");
+    CHECK(ran == 8);
+  }
+  SECTION("array") {
+    CHECK_THROWS_WITH(weft::sync_wait(pool, [](std::atomic<int>& runs) -> weft::task<std::array<int, 3>> {
+                        std::array<weft::task<int>, 3> ts{maybe_throws(0, false, runs), maybe_throws(1, true, runs),
+                                                          maybe_throws(2, true, runs)};
+                        co_return co_await weft::spawn_many(std::move(ts));
+                      }(ran)),
+                      "child 1");
+    CHECK(ran == 3);
+  }
+}
+
+TEMPLATE_LIST_TEST_CASE("spawn_many: an empty task in the range throws std::logic_error", "[spawn_many]",
+                        weft_test::all_executors) {
+  auto pool = TestType::make();
+  auto r = weft::sync_wait(pool, []() -> weft::task<bool> {
+    auto ts = squares(4);
+    ts[2] = weft::task<int>{};
+    try {
+      (void)co_await weft::spawn_many(std::move(ts));
+    } catch (const std::logic_error&) {
+      co_return true;
+    }
+    co_return false;
+  }());
+  CHECK(r);
+}
+
+TEMPLATE_LIST_TEST_CASE("spawn_many: wide and nested fan-outs", "[spawn_many]", weft_test::all_executors) {
+  auto pool = TestType::make();
+
+  SECTION("10,000 children") {
+    auto sum = weft::sync_wait(pool, []() -> weft::task<long> {
+      auto v = co_await weft::spawn_many(squares(10'000));
+      co_return std::accumulate(v.begin(), v.end(), 0L);
+    }());
+    CHECK(sum == 333'283'335'000L);
+  }
+  SECTION("recursive halving over [0, 2^18)") {
+    constexpr std::uint64_t n = 1u << 18;
+    CHECK(weft::sync_wait(pool, range_sum(0, n)) == n * (n - 1) / 2);
+  }
+}
