@@ -37,14 +37,12 @@ std::uint64_t fib_omp(std::uint64_t n) {
   return a + b;
 }
 
-#if __has_include(<weft/weft.hpp>)
 weft::task<std::uint64_t> fib_fj(std::uint64_t n) {
   if (n < 2) co_return n;
   auto a = weft::spawn(fib_fj(n - 1)).fork();
   const std::uint64_t b = co_await fib_fj(n - 2);
   co_return b + co_await a;
 }
-#endif
 
 std::uint64_t fib_answer(std::uint64_t n) {
   std::uint64_t a = 0, b = 1;
@@ -62,9 +60,7 @@ const weft_bench::workload<std::uint64_t> k_fib{
     },
     .flavors = {
         {"seq", [](int, std::uint64_t n) { return fib_seq(n); }},
-#if __has_include(<weft/weft.hpp>)
         {"fj", [](int t, std::uint64_t n) { return weft::sync_wait(weft_bench::weft_pool(t), fib_fj(n)); }},
-#endif
         {"tbb", [](int t, std::uint64_t n) {
            std::uint64_t r = 0;
            tbb_arena(t).execute([&r, n] { r = fib_tbb(n); });

@@ -89,7 +89,6 @@ void matmul_omp(const product& p) {
   }
 }
 
-#if __has_include(<weft/weft.hpp>)
 weft::task<void> matmul_fj(product p) {
   if (p.n <= k_base) {
     multiply_block(p.a, p.b, p.c, p.n, p.stride);
@@ -106,7 +105,6 @@ weft::task<void> matmul_fj(product p) {
     co_await h0;
   }
 }
-#endif
 
 /// An n x n int matrix in its own anonymous mapping (huge pages advised). malloc would serve a run's
 /// matrices from fresh pages or from reused heap depending on its history (its
@@ -170,13 +168,11 @@ const weft_bench::workload<matrix> k_matmul{
     .check = check,
     .flavors = {
         {"seq", [](int, std::uint64_t n) { return multiply_ones(n, matmul_seq); }},
-#if __has_include(<weft/weft.hpp>)
         {"fj", [](int t, std::uint64_t n) {
            return multiply_ones(n, [t](const product& p) {
              weft::sync_wait(weft_bench::weft_pool(t), matmul_fj(p));
            });
          }},
-#endif
         {"tbb", [](int t, std::uint64_t n) {
            return multiply_ones(n, [t](const product& p) { tbb_arena(t).execute([&p] { matmul_tbb(p); }); });
          }},

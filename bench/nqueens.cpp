@@ -86,7 +86,6 @@ int nqueens_omp(int n, int row, board b) {
   return total;
 }
 
-#if __has_include(<weft/weft.hpp>)
 weft::task<int> nqueens_fj(int n, int row, board b) {
   if (row == n) co_return 1;
   std::array<weft::fork_handle<int>, k_max_n> children;
@@ -101,7 +100,6 @@ weft::task<int> nqueens_fj(int n, int row, board b) {
   for (std::size_t i = k; i-- > 0;) total += co_await children[i];
   co_return total;
 }
-#endif
 
 const weft_bench::workload<std::uint64_t> k_nqueens{
     .name = "nqueens",
@@ -113,11 +111,9 @@ const weft_bench::workload<std::uint64_t> k_nqueens{
     },
     .flavors = {
         {"seq", [](int, std::uint64_t n) -> std::uint64_t { return nqueens_seq(int(n), 0, {}); }},
-#if __has_include(<weft/weft.hpp>)
         {"fj", [](int t, std::uint64_t n) -> std::uint64_t {
            return weft::sync_wait(weft_bench::weft_pool(t), nqueens_fj(int(n), 0, {}));
          }},
-#endif
         {"tbb", [](int t, std::uint64_t n) -> std::uint64_t {
            int r = 0;
            tbb_arena(t).execute([&r, n] { r = nqueens_tbb(int(n), 0, {}); });

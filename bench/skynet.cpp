@@ -56,7 +56,6 @@ std::uint64_t skynet_omp(std::uint64_t first, std::uint64_t leaves) {
   return sum(parts);
 }
 
-#if __has_include(<weft/weft.hpp>)
 weft::task<std::uint64_t> skynet_fj(std::uint64_t first, std::uint64_t leaves) {
   if (leaves == 1) co_return first;
   const std::uint64_t step = leaves / k_fanout;
@@ -64,7 +63,6 @@ weft::task<std::uint64_t> skynet_fj(std::uint64_t first, std::uint64_t leaves) {
   for (int i = 0; i < k_fanout; ++i) children[i] = skynet_fj(first + i * step, step);
   co_return sum(co_await weft::spawn_many(std::move(children)));
 }
-#endif
 
 bool power_of_ten(std::uint64_t n) {
   while (n >= k_fanout && n % k_fanout == 0) n /= k_fanout;
@@ -81,9 +79,7 @@ const weft_bench::workload<std::uint64_t> k_skynet{
     },
     .flavors = {
         {"seq", [](int, std::uint64_t n) { return skynet_seq(0, n); }},
-#if __has_include(<weft/weft.hpp>)
         {"fj", [](int t, std::uint64_t n) { return weft::sync_wait(weft_bench::weft_pool(t), skynet_fj(0, n)); }},
-#endif
         {"tbb", [](int t, std::uint64_t n) {
            std::uint64_t r = 0;
            tbb_arena(t).execute([&r, n] { r = skynet_tbb(0, n); });

@@ -13,11 +13,7 @@
 #include <tbb/global_control.h>
 #include <tbb/task_arena.h>
 
-// CMake puts weft on the include path only where the weft::weft target exists;
-// elsewhere the binaries are built without their fj flavor.
-#if __has_include(<weft/weft.hpp>)
 #include <weft/weft.hpp>
-#endif
 
 namespace weft_bench {
 
@@ -60,7 +56,6 @@ auto omp_root(int threads, Fn root) {
   }
 }
 
-#if __has_include(<weft/weft.hpp>)
 /// The weft pool of `threads` workers.
 inline weft::thread_pool& weft_pool(int threads) {
   static weft::thread_pool pool{{.threads = static_cast<std::size_t>(threads)}};
@@ -68,6 +63,5 @@ inline weft::thread_pool& weft_pool(int threads) {
   check_same_threads(first, threads);
   return pool;
 }
-#endif
 
 }  // namespace weft_bench
