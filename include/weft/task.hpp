@@ -25,7 +25,8 @@ namespace detail {
 
 /// How a finished task hands control on.
 enum class completion : std::uint8_t {
-  awaited,   // co_await'ed inline: resume m_continuation by symmetric transfer
+  awaited,   // co_await'ed inline, or a forked child popped back by its joiner: resume
+             // m_continuation by symmetric transfer
   forked,    // queued by spawn().fork(): join protocol on m_join (weft/spawn.hpp)
   detached,  // nobody joins: report an exception, destroy the frame
 };
@@ -42,7 +43,6 @@ struct promise_base {
   executor* m_home = nullptr;  // forked to another executor: where the parent resumes
   void* m_next_join = nullptr;  // bulk forks: the sibling joined after this one (weft/detail/bulk.hpp)
   completion m_mode = completion::awaited;
-  bool m_joined_inline = false;  // forked, but the parent popped it back and ran it itself
   std::uint8_t m_prio = 0;        // priority it was queued at (forked/detached)
   std::uint8_t m_parent_prio = 0;  // the parent's priority, restored when it resumes
 
@@ -97,7 +97,7 @@ WEFT_INLINE std::coroutine_handle<> chain_next_join(Promise& p) noexcept {
   if (w != nullptr && np.m_prio == p.m_prio && np.m_prio < w->m_prios &&
       w->m_deques[np.m_prio].peek_private() == p.m_next_join) {
     (void)w->m_deques[np.m_prio].pop();
-    np.m_joined_inline = true;
+    np.m_mode = completion::awaited;  // joined inline: it returns straight to the continuation
     np.m_continuation = p.m_continuation;
     // Marked done already: nobody else can see it now, and the joiner only looks after
     // the chain ends, i.e. after `next` finished.
@@ -112,7 +112,7 @@ struct final_awaiter {
   template <class Promise>
   WEFT_INLINE std::coroutine_handle<> await_suspend(std::coroutine_handle<Promise> h) noexcept {
     Promise& p = h.promise();
-    if (p.m_mode == completion::awaited || p.m_joined_inline) [[likely]] {
+    if (p.m_mode == completion::awaited) [[likely]] {  // also a forked child its joiner popped back
       if (p.m_next_join != nullptr) return chain_next_join(p);
       return p.m_continuation;
     }

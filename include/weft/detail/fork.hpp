@@ -4,9 +4,9 @@
 // * The parent forks: the child is pushed on the current worker's deque (or scheduled
 //   on another executor) with m_mode = forked.
 // * Fast path: the parent joins while the child is still the newest item of its own
-//   deque. It pops it back (no other thread can have it), sets m_joined_inline and
-//   m_continuation, and transfers into it; the child's final_suspend transfers straight
-//   back. No atomic read-modify-write anywhere.
+//   deque. It pops it back (no other thread can have it), switches it to awaited mode,
+//   sets m_continuation, and transfers into it; the child's final_suspend transfers
+//   straight back. No atomic read-modify-write anywhere.
 // * Otherwise the child was taken by someone else (a thief or the worker loop). The
 //   parent CASes its own frame address into m_join (0 -> parent); the child's
 //   completion exchanges m_join to k_join_done and resumes whatever parent it found.
@@ -78,7 +78,7 @@ struct join_awaiter {
       other = w->m_deques[p.m_prio].pop();  // share requests are answered at the next push
       // Same priority as the parent: run it inline at the parent's priority.
       if (other == m_h.address() && p.m_prio == p.m_parent_prio) [[likely]] {
-        p.m_joined_inline = true;
+        p.m_mode = completion::awaited;  // exclusively ours now: finish like a plain co_await
         p.m_continuation = parent;
         return m_h;
       }
