@@ -67,9 +67,13 @@ void pool_impl::wake_one() noexcept {
   wake_locked(*this, *w, true);
 }
 
+void pool_impl::wake_if_unsearched() noexcept {
+  const std::uint64_t s = m_idle.load(std::memory_order_seq_cst);
+  if (s - 1 < k_sleepers_mask) wake_one();  // 1 <= parked and searching == 0, in one comparison
+}
+
 void pool_impl::notify_external() noexcept {
-  const std::uint64_t s = m_idle.load(std::memory_order_seq_cst);  // after the seq_cst inbox increment
-  if (s - 1 < k_sleepers_mask) wake_one();  // some parked, none searching
+  wake_if_unsearched();  // its seq_cst read comes after the seq_cst inbox increment
 }
 
 void pool_impl::leave_searching(worker& w) noexcept {

@@ -75,6 +75,7 @@ class pool_impl {
 
   // idle.cpp
   void wake_one() noexcept;          // wake a parked worker as a searcher, if any
+  void wake_if_unsearched() noexcept;  // wake_one() if some worker is parked and none searching (seq_cst read)
   void notify_external() noexcept;   // after an inbox push: make sure someone looks
   bool any_work_seq_cst() const noexcept;
   void leave_searching(worker& w) noexcept;

@@ -108,10 +108,9 @@ void* worker::find_work() noexcept {
 void on_work_available(worker_context& ctx, split_deque& d) noexcept {
   auto& w = static_cast<worker&>(ctx);
   if (!d.share()) return;
-  // seq_cst, after share()'s seq_cst CAS: pairs with a parking worker's registration
-  // and re-check in park() (one of the two sees the other).
-  const std::uint64_t s = w.m_pool.m_idle.load(std::memory_order_seq_cst);
-  if (s - 1 < k_sleepers_mask) w.m_pool.wake_one();  // some parked, none searching
+  // The seq_cst read of the idle word, after share()'s seq_cst CAS, pairs with a parking
+  // worker's registration and re-check in park() (one of the two sees the other).
+  w.m_pool.wake_if_unsearched();
 }
 
 void push_overflow(worker_context& ctx, unsigned prio, void* item) {

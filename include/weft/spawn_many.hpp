@@ -25,67 +25,61 @@ struct is_task<task<T>> : std::true_type {};
 template <class R>
 using range_task_t = std::remove_cvref_t<std::ranges::range_value_t<R>>;
 
-template <class T, class Storage>
-auto collect(Storage& ts) {
+/// The results of finished tasks `ts` in order (nothing for void), or the first
+/// (lowest-index) exception: std::vector for a vector of tasks, std::array for an array.
+template <class T>
+auto collect(std::vector<task<T>>& ts) {
   rethrow_first_error(ts);
-  if constexpr (std::is_void_v<T>) {
-    return;
-  } else {
+  if constexpr (!std::is_void_v<T>) {
     std::vector<T> out;
-    out.reserve(std::size(ts));
+    out.reserve(ts.size());
     for (auto& t : ts) out.push_back(t.handle().promise().m_result.take());
     return out;
   }
 }
 
 template <class T, std::size_t N>
-auto collect_array(std::array<task<T>, N>& ts) {
+auto collect(std::array<task<T>, N>& ts) {
   rethrow_first_error(ts);
-  if constexpr (std::is_void_v<T>) {
-    return;
-  } else {
+  if constexpr (!std::is_void_v<T>) {
     return [&]<std::size_t... I>(std::index_sequence<I...>) {
       return std::array<T, N>{ts[I].handle().promise().m_result.take()...};
     }(std::make_index_sequence<N>{});
   }
 }
 
-template <class T, class Storage>
-std::vector<typename task<T>::handle_type> handles_of(Storage& ts) {
-  std::vector<typename task<T>::handle_type> hs;
-  hs.reserve(std::size(ts));
-  for (auto& t : ts) {
-    if (!t.valid()) [[unlikely]] throw_bad_await("weft::spawn_many: empty or moved-from task");
-    hs.push_back(t.handle());
-  }
+/// The coroutine handles of `ts` (same container shape); throws for an empty task.
+template <class T>
+auto handles_of(std::vector<task<T>>& ts) {
+  std::vector<typename task<T>::handle_type> hs(ts.size());
+  for (std::size_t i = 0; i < ts.size(); ++i) hs[i] = ts[i].handle();
   return hs;
 }
 
-template <class T>
-auto spawn_many_vector(std::vector<task<T>> ts) -> task<decltype(collect<T>(ts))> {
-  {
-    auto hs = handles_of<T>(ts);
-    co_await run_all<typename task<T>::promise_type>(hs);
-  }
-  co_return collect<T>(ts);
+template <class T, std::size_t N>
+auto handles_of(std::array<task<T>, N>& ts) {
+  std::array<typename task<T>::handle_type, N> hs;
+  for (std::size_t i = 0; i < N; ++i) hs[i] = ts[i].handle();
+  return hs;
 }
 
-template <class T, std::size_t N>
-auto spawn_many_array(std::array<task<T>, N> ts) -> task<decltype(collect_array(ts))> {
+/// spawn_many's one coroutine: bulk-fork 0..n-2, run n-1 inline, join n-2..0 newest
+/// first (weft/detail/bulk.hpp), then collect. `Storage` is a std::vector or std::array
+/// of tasks, owned here until the results are taken.
+template <class T, class Storage>
+auto spawn_many_impl(Storage ts) -> task<decltype(collect<T>(ts))> {
   using promise = typename task<T>::promise_type;
-  std::array<std::coroutine_handle<promise>, N> hs;
-  for (std::size_t i = 0; i < N; ++i) {
-    if (!ts[i].valid()) [[unlikely]] throw_bad_await("weft::spawn_many: empty or moved-from task");
-    hs[i] = ts[i].handle();
+  for (const auto& t : ts)
+    if (!t.valid()) [[unlikely]] throw_bad_await("weft::spawn_many: empty or moved-from task");
+  auto hs = handles_of<T>(ts);
+  const std::size_t n = hs.size();
+  if (n > 1) {
+    fork_bulk(std::span<const std::coroutine_handle<promise>>(hs).first(n - 1));
+    if (t_worker != nullptr) hs[n - 1].promise().m_next_join = hs[n - 2].address();
   }
-  // run_all's steps, inline here to save a coroutine frame per call.
-  if constexpr (N > 1) {
-    fork_bulk(std::span<const std::coroutine_handle<promise>>(hs).first(N - 1));
-    if (t_worker != nullptr) hs[N - 1].promise().m_next_join = hs[N - 2].address();
-  }
-  if constexpr (N > 0) co_await run_inline_awaiter<promise>{hs[N - 1]};
-  for (std::size_t i = N - 1; i-- > 0;) co_await join_awaiter<promise>{hs[i]};
-  co_return collect_array(ts);
+  if (n > 0) co_await run_inline_awaiter<promise>{hs[n - 1]};
+  for (std::size_t i = n; i-- > 1;) co_await join_awaiter<promise>{hs[i - 1]};
+  co_return collect<T>(ts);
 }
 
 }  // namespace detail
@@ -100,19 +94,19 @@ template <std::ranges::input_range R>
 auto spawn_many(R&& r) {
   using T = typename detail::range_task_t<R>::value_type;
   if constexpr (std::is_same_v<std::remove_cvref_t<R>, std::vector<task<T>>> && !std::is_lvalue_reference_v<R>) {
-    return detail::spawn_many_vector<T>(std::move(r));
+    return detail::spawn_many_impl<T>(std::move(r));
   } else {
     std::vector<task<T>> ts;
     if constexpr (std::ranges::sized_range<R>) ts.reserve(std::ranges::size(r));
     for (auto&& t : r) ts.push_back(std::move(t));
-    return detail::spawn_many_vector<T>(std::move(ts));
+    return detail::spawn_many_impl<T>(std::move(ts));
   }
 }
 
 /// std::array overload: evaluates to std::array<T, N> (no heap allocation).
 template <class T, std::size_t N>
 auto spawn_many(std::array<task<T>, N>&& ts) {
-  return detail::spawn_many_array<T, N>(std::move(ts));
+  return detail::spawn_many_impl<T>(std::move(ts));
 }
 
 /// Iterator-pair overload: the tasks in [first, last), moved from.
@@ -134,7 +128,7 @@ auto spawn_many(It first) {
   using T = typename std::remove_cvref_t<std::iter_value_t<It>>::value_type;
   std::array<task<T>, N> ts;
   for (std::size_t i = 0; i < N; ++i, ++first) ts[i] = std::move(*first);
-  return detail::spawn_many_array<T, N>(std::move(ts));
+  return detail::spawn_many_impl<T>(std::move(ts));
 }
 
 }  // namespace weft

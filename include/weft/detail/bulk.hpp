@@ -1,6 +1,6 @@
 // weft/detail/bulk.hpp: the engine under spawn_many, spawn_tuple and fork_group. Not API.
 //
-// run_all(handles[0..n)) forks children 0..n-2 in one bulk push (every one is stealable
+// spawn_many (weft/spawn_many.hpp) forks children 0..n-2 in one bulk push (every one is stealable
 // before anything else runs: DESIGN's "publish first, then hold back" rule), runs child
 // n-1 inline by symmetric transfer, then joins n-2..0 newest first, so that each join
 // normally pops its own child back from the bottom of the deque and runs it inline with
@@ -55,18 +55,6 @@ struct run_inline_awaiter {
   }
   void await_resume() const noexcept {}
 };
-
-/// Runs every task of `hs` (none started yet) as described above; returns when all
-/// finished. Never throws: the outcomes are in the frames.
-template <class Promise>
-task<void> run_all(std::span<const std::coroutine_handle<Promise>> hs) {
-  const std::size_t n = hs.size();
-  if (n == 0) co_return;
-  fork_bulk(hs.first(n - 1));
-  if (n > 1 && t_worker != nullptr) hs[n - 1].promise().m_next_join = hs[n - 2].address();
-  co_await run_inline_awaiter<Promise>{hs[n - 1]};
-  for (std::size_t i = n - 1; i-- > 0;) co_await join_awaiter<Promise>{hs[i]};
-}
 
 /// Rethrows the first (lowest-index) exception among finished tasks `ts`.
 template <class Range>
