@@ -47,7 +47,7 @@ class fork_group {
   auto join() -> task<std::conditional_t<std::is_void_v<T>, void, std::vector<T>>> {
     std::vector<task<T>> ts = std::move(m_tasks);
     m_tasks.clear();
-    for (std::size_t i = ts.size(); i-- > 0;) co_await detail::join_awaiter<typename task<T>::promise_type>{ts[i].handle()};
+    for (std::size_t i = ts.size(); i-- > 0;) co_await detail::join_awaiter{ts[i].handle()};
     detail::rethrow_first_error(ts);
     if constexpr (!std::is_void_v<T>) {
       std::vector<T> out;

@@ -45,7 +45,7 @@ class [[nodiscard]] fork_handle {
   /// Lets the child run on unobserved (see the class comment).
   void detach() noexcept { reset(); }
 
-  struct awaiter : detail::join_awaiter<typename task<T>::promise_type> {
+  struct awaiter : detail::join_awaiter {
     fork_handle* m_self;
     WEFT_INLINE decltype(auto) await_resume() {
       struct release_frame {

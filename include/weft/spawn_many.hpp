@@ -74,11 +74,13 @@ auto spawn_many_impl(Storage ts) -> task<decltype(collect<T>(ts))> {
   auto hs = handles_of<T>(ts);
   const std::size_t n = hs.size();
   if (n > 1) {
-    fork_bulk(std::span<const std::coroutine_handle<promise>>(hs).first(n - 1));
+    fork_bulk(
+        n - 1, [&](std::size_t i) { return std::pair<promise_base*, std::coroutine_handle<>>{&hs[i].promise(), hs[i]}; },
+        true);
     if (t_worker != nullptr) hs[n - 1].promise().m_next_join = hs[n - 2].address();
   }
   if (n > 0) co_await run_inline_awaiter<promise>{hs[n - 1]};
-  for (std::size_t i = n; i-- > 1;) co_await join_awaiter<promise>{hs[i - 1]};
+  for (std::size_t i = n; i-- > 1;) co_await join_awaiter{hs[i - 1]};
   co_return collect<T>(ts);
 }
 

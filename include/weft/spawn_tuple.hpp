@@ -38,36 +38,13 @@ task<std::tuple<tuple_slot_t<Ts>...>> spawn_tuple_impl(task<Ts>... ts) {
   // forked ones are joined newest first (see weft/detail/bulk.hpp).
   std::array<promise_base*, n> ps{&ts.handle().promise()...};
   std::array<std::coroutine_handle<>, n> hs{std::coroutine_handle<>(ts.handle())...};
-  {
-    worker_context* w = t_worker;
-    const unsigned prio = t_prio;
-    for (std::size_t i = 0; i + 1 < n; ++i) {
-      ps[i]->m_mode = completion::forked;
-      if (w != nullptr && w->m_deques[prio].free_slots() > 0) {
-        ps[i]->m_prio = ps[i]->m_parent_prio = static_cast<std::uint8_t>(prio);
-        w->m_deques[prio].push(hs[i].address());
-      } else {
-        enqueue_child(*ps[i], hs[i], k_inherit_priority, nullptr);
-      }
-    }
-    if (w != nullptr && n > 1) {
-      split_deque& d = w->m_deques[prio];
-      if (d.share_requested()) on_work_available(*w, d);
-    }
-  }
-  [[maybe_unused]] auto join = [&]<std::size_t I>(std::integral_constant<std::size_t, I>) {
-    using P = typename task<std::tuple_element_t<I, std::tuple<Ts...>>>::promise_type;
-    return join_awaiter<P>{std::get<I>(std::tie(ts...)).handle()};
-  };
+  // Siblings differ in type, so no join chain (chain_next_join needs one promise type).
+  fork_bulk(n - 1, [&](std::size_t i) { return std::pair{ps[i], hs[i]}; }, false);
   {
     auto& last = std::get<n - 1>(std::tie(ts...));
     co_await run_inline_awaiter<typename std::remove_reference_t<decltype(last)>::promise_type>{last.handle()};
   }
-  co_await [&]<std::size_t... I>(std::index_sequence<I...>) -> task<void> {
-    // join n-2 .. 0
-    constexpr std::size_t m = sizeof...(I);
-    (co_await join(std::integral_constant<std::size_t, m - 1 - I>{}), ...);
-  }(std::make_index_sequence<n - 1>{});
+  for (std::size_t i = n; i-- > 1;) co_await join_awaiter{*ps[i - 1], hs[i - 1]};
   std::exception_ptr first;
   ((first == nullptr && ts.handle().promise().m_result.has_error() ? (void)(first = ts.handle().promise().m_result.error())
                                                                    : void()),

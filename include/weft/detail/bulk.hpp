@@ -18,30 +18,35 @@
 
 namespace weft::detail {
 
-/// Queues all `hs` as forked children at the caller's priority with one notification.
-template <class Promise>
-void fork_bulk(std::span<const std::coroutine_handle<Promise>> hs) {
+/// Queues children 0..n-1 as forked children at the caller's priority with one
+/// notification. `at(i)` gives child i as {promise_base*, coroutine handle}, so that
+/// children of different types (spawn_tuple) go through here too. With `chain`, each
+/// child records the sibling joined right after it (same promise type required: see
+/// chain_next_join in weft/task.hpp).
+template <class At>
+void fork_bulk(std::size_t n, At at, bool chain) {
   worker_context* w = t_worker;
   const unsigned prio = t_prio;
-  if (w == nullptr || hs.size() > w->m_deques[prio].free_slots()) {
-    for (auto h : hs) {
-      h.promise().m_mode = completion::forked;
-      enqueue_child(h.promise(), h, k_inherit_priority, nullptr);
+  if (w == nullptr || n > w->m_deques[prio].free_slots()) {
+    for (std::size_t i = 0; i < n; ++i) {
+      auto [p, h] = at(i);
+      p->m_mode = completion::forked;
+      enqueue_child(*p, h, k_inherit_priority, nullptr);
     }
     return;
   }
   split_deque& d = w->m_deques[prio];
   void* previous = nullptr;  // children are joined newest first: i is joined right after i + 1
-  for (auto h : hs) {
-    promise_base& p = h.promise();
-    p.m_mode = completion::forked;
-    p.m_prio = static_cast<std::uint8_t>(prio);
-    p.m_parent_prio = static_cast<std::uint8_t>(prio);
-    p.m_next_join = previous;
+  for (std::size_t i = 0; i < n; ++i) {
+    auto [p, h] = at(i);
+    p->m_mode = completion::forked;
+    p->m_prio = static_cast<std::uint8_t>(prio);
+    p->m_parent_prio = static_cast<std::uint8_t>(prio);
+    if (chain) p->m_next_join = previous;
     previous = h.address();
     d.push(h.address());
   }
-  if (d.share_requested()) on_work_available(*w, d);
+  if (n > 0 && d.share_requested()) on_work_available(*w, d);
 }
 
 /// Runs awaited-mode task `h` inline, keeping its result in its frame.

@@ -61,17 +61,23 @@ WEFT_INLINE void enqueue_child(promise_base& p, std::coroutine_handle<> h, unsig
   schedule_elsewhere(target, h, prio);
 }
 
-/// Awaiter that waits for forked child `h` to finish (its result stays in its frame).
-template <class Promise>
+/// Awaiter that waits for a forked child to finish (its result stays in its frame).
+/// Only promise_base is used, so children of any type can be joined.
 struct join_awaiter {
-  std::coroutine_handle<Promise> m_h;
+  promise_base* m_p = nullptr;
+  std::coroutine_handle<> m_h;
+
+  join_awaiter() noexcept = default;
+  template <class Promise>
+  join_awaiter(std::coroutine_handle<Promise> h) noexcept : m_p(&h.promise()), m_h(h) {}  // NOLINT: implicit on purpose
+  join_awaiter(promise_base& p, std::coroutine_handle<> h) noexcept : m_p(&p), m_h(h) {}
 
   bool await_ready() const noexcept {
-    return m_h.promise().m_join.load(std::memory_order_acquire) == k_join_done;  // pairs with complete_queued
+    return m_p->m_join.load(std::memory_order_acquire) == k_join_done;  // pairs with complete_queued
   }
 
   WEFT_INLINE std::coroutine_handle<> await_suspend(std::coroutine_handle<> parent) noexcept {
-    Promise& p = m_h.promise();
+    promise_base& p = *m_p;
     worker_context* w = t_worker;
     void* other = nullptr;
     if (w != nullptr && p.m_home == nullptr && p.m_prio < w->m_prios) [[likely]] {
@@ -87,7 +93,7 @@ struct join_awaiter {
   }
 
   WEFT_NOINLINE std::coroutine_handle<> register_waiter(std::coroutine_handle<> parent, void* other) noexcept {
-    Promise& p = m_h.promise();
+    promise_base& p = *m_p;
     std::uintptr_t expected = k_join_none;
     // release: the parent's state before suspending is visible to whoever resumes it;
     // acquire (failure): the child's result (pairs with complete_queued's exchange).
