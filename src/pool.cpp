@@ -69,6 +69,19 @@ void pool_impl::schedule(void* item, unsigned prio) {
   const unsigned i = m_next_inbox.fetch_add(1, std::memory_order_relaxed) % m_workers.size();
   m_workers[i]->m_inbox.push(prio, item);
   notify_external();
+  if (prio + 1 < m_opts.priorities) announce_urgent(prio);
+}
+
+void pool_impl::announce_urgent(unsigned prio) noexcept {
+  // Workers running lower-priority work notice at their next join (fork.hpp's
+  // slow_suspend) or when their current chain ends (take_local).
+  for (auto& w : m_workers) {
+    unsigned limit = w->m_inline_limit.load(std::memory_order_relaxed);
+    while (limit > prio + 1 &&
+           !w->m_inline_limit.compare_exchange_weak(limit, prio + 1, std::memory_order_release,
+                                                   std::memory_order_relaxed)) {
+    }
+  }
 }
 
 }  // namespace weft::detail

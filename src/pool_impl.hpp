@@ -71,6 +71,7 @@ class pool_impl {
   void stop() noexcept;  // drain and join (idle.cpp documents the protocol)
 
   void schedule(void* item, unsigned prio);  // from any thread
+  void announce_urgent(unsigned prio) noexcept;  // lower every worker's m_inline_limit to prio + 1
   worker* current_worker() const noexcept;   // the calling thread's worker of this pool, or null
 
   // idle.cpp

@@ -67,6 +67,7 @@ worker::worker(pool_impl& pool, unsigned index, unsigned prios)
   m_prios = prios;
   m_index = index;
   m_executor = &pool.m_owner;
+  m_inline_limit.store(prios, std::memory_order_relaxed);
 }
 
 void worker::run() {
@@ -89,6 +90,9 @@ void worker::run() {
 }
 
 void* worker::find_work() noexcept {
+  // Whatever was announced as urgent is found below, in priority order.
+  if (m_inline_limit.load(std::memory_order_relaxed) != m_prios) m_inline_limit.store(m_prios, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_acquire);  // pairs with announce_urgent's release store
   const bool inbox_first = ++m_tick % 61 == 0;
   for (unsigned p = 0; p < m_prios; ++p) {
     void* item = inbox_first ? m_inbox.pop(p) : nullptr;
@@ -104,6 +108,21 @@ void* worker::find_work() noexcept {
 }
 
 // ---- hooks used by the inline fast paths ---------------------------------------------
+
+void* take_urgent(worker_context& ctx, unsigned below) noexcept {
+  auto& w = static_cast<worker&>(ctx);
+  w.m_inline_limit.store(w.m_prios, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_acquire);  // pairs with announce_urgent's release store
+  for (unsigned p = 0; p < below && p < w.m_prios; ++p) {
+    void* item = w.m_inbox.pop(p);
+    if (item == nullptr) item = w.steal_at(p, false);
+    if (item != nullptr) {
+      t_prio = p;
+      return item;
+    }
+  }
+  return nullptr;
+}
 
 void on_work_available(worker_context& ctx, split_deque& d) noexcept {
   auto& w = static_cast<worker&>(ctx);

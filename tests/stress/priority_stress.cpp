@@ -9,8 +9,11 @@
 
 #include "sync.hpp"
 
+#include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <latch>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -71,5 +74,59 @@ TEST_CASE("stress: forked work at priority 0 runs before priority 2 on one worke
     done.wait();
     REQUIRE(order.size() == k_tasks);
     REQUIRE(zeros_before_twos(order));
+  }
+}
+
+namespace {
+
+// Low-priority compute: fork-join fib(n), with every join a chance to notice urgent work.
+weft::task<unsigned> busy_fib(unsigned n) {
+  if (n < 2) co_return n;
+  auto a = weft::spawn(busy_fib(n - 1)).fork();
+  const unsigned b = co_await busy_fib(n - 2);
+  co_return b + co_await a;
+}
+
+// Keeps one worker busy with fork-join work until `stop` is set or `limit` passes.
+// Returns whether it was stopped (false: it gave up at the time limit).
+weft::task<bool> compute_until(std::atomic<bool>& stop, std::chrono::steady_clock::time_point limit) {
+  while (!stop.load(std::memory_order_acquire)) {
+    if (co_await busy_fib(12) != 144) co_return false;
+    if (std::chrono::steady_clock::now() > limit) co_return false;
+  }
+  co_return true;
+}
+
+weft::task<void> set_flag(std::atomic<bool>& flag, unsigned& prio) {
+  prio = weft::current_priority();
+  flag.store(true, std::memory_order_release);
+  co_return;
+}
+
+}  // namespace
+
+TEST_CASE("stress: a high-priority post runs while every worker is busy with low-priority fork-join",
+          "[stress][priority]") {
+  // Without the announcement (worker_context::m_inline_limit) the probe would sit in an
+  // inbox until a worker ran out of low-priority work, i.e. until the time limit.
+  for (int round = 0; round < weft_test::rounds(20, 4); ++round) {
+    weft::thread_pool pool{{.threads = 2, .priorities = 2}};
+    std::atomic<bool> probe_ran{false};
+    const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    std::vector<std::thread> busy;
+    std::atomic<int> stopped{0};
+    for (int i = 0; i < 2; ++i) {
+      busy.emplace_back([&] {
+        if (weft::sync_wait(pool, compute_until(probe_ran, limit), 1)) stopped.fetch_add(1);
+      });
+    }
+    // Let both compute loops start and occupy the workers.
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    unsigned probe_prio = 99;
+    weft::post(pool, set_flag(probe_ran, probe_prio), 0);
+    for (auto& t : busy) t.join();
+    REQUIRE(probe_ran.load());
+    REQUIRE(probe_prio == 0);
+    REQUIRE(stopped.load() == 2);  // both loops saw the probe's flag before the time limit
   }
 }

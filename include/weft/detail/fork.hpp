@@ -80,7 +80,8 @@ struct join_awaiter {
     promise_base& p = *m_p;
     worker_context* w = t_worker;
     void* other = nullptr;
-    if (w != nullptr && p.m_home == nullptr && p.m_prio < w->m_prios) [[likely]] {
+    if (w != nullptr && p.m_home == nullptr &&
+        p.m_prio < w->m_inline_limit.load(std::memory_order_relaxed)) [[likely]] {
       other = w->m_deques[p.m_prio].pop();  // share requests are answered at the next push
       // Same priority as the parent: run it inline at the parent's priority.
       if (other == m_h.address() && p.m_prio == p.m_parent_prio) [[likely]] {
@@ -88,6 +89,33 @@ struct join_awaiter {
         p.m_continuation = parent;
         return m_h;
       }
+      return register_waiter(parent, other);
+    }
+    return slow_suspend(parent);
+  }
+
+  /// A join that did not take the fast path: another executor's child, or higher-
+  /// priority work was announced (worker_context::m_inline_limit). In the second case
+  /// the parent waits for its child through m_join as if the child had been stolen
+  /// (the child stays queued), and the thread runs the urgent work now.
+  WEFT_NOINLINE std::coroutine_handle<> slow_suspend(std::coroutine_handle<> parent) noexcept {
+    promise_base& p = *m_p;
+    worker_context* w = t_worker;
+    if (w == nullptr || p.m_home != nullptr || p.m_prio >= w->m_prios) return register_waiter(parent, nullptr);
+    const unsigned parent_prio = t_prio;
+    if (void* urgent = take_urgent(*w, p.m_prio)) {
+      std::uintptr_t expected = k_join_none;
+      // As in register_waiter: release publishes the parent's state, acquire the result.
+      if (!p.m_join.compare_exchange_strong(expected, reinterpret_cast<std::uintptr_t>(parent.address()),
+                                            std::memory_order_acq_rel, std::memory_order_acquire))
+        push_local(*w, parent_prio, parent.address());  // child already done: resume later
+      return std::coroutine_handle<>::from_address(urgent);  // take_urgent set t_prio
+    }
+    void* other = w->m_deques[p.m_prio].pop();
+    if (other == m_h.address() && p.m_prio == p.m_parent_prio) {
+      p.m_mode = completion::awaited;
+      p.m_continuation = parent;
+      return m_h;
     }
     return register_waiter(parent, other);
   }

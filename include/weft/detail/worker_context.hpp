@@ -22,7 +22,18 @@ struct worker_context {
   unsigned m_prios = 0;
   unsigned m_index = 0;
   executor* m_executor = nullptr;  // the owning pool
+  // Joins of children at a priority >= this take the slow path, which first runs any
+  // higher-priority work that was announced. Normally m_prios; a post from outside at
+  // priority u lowers it to u + 1 on every worker (src/pool.cpp), and the worker resets
+  // it when it looks for that work (take_urgent, find_work). Written by other threads
+  // only on such posts, so the cache line stays the owner's in steady state.
+  std::atomic<unsigned> m_inline_limit{0};
 };
+
+/// Slow path of a join that found m_inline_limit lowered (src/worker.cpp): resets it
+/// and returns the highest-priority work at a priority < `below` that is queued in this
+/// worker's inbox or can be stolen (setting t_prio to its priority), or nullptr.
+void* take_urgent(worker_context& w, unsigned below) noexcept;
 
 /// Slow path after a push or pop (src/worker.cpp): share work with thieves that asked
 /// or with parked workers, and wake one when nobody is searching.
@@ -57,6 +68,10 @@ WEFT_INLINE void* pop_local(worker_context& w, unsigned prio) noexcept {
 /// handle (back to the worker loop).
 WEFT_INLINE std::coroutine_handle<> take_local() noexcept {
   if (worker_context* w = t_worker) {
+    // Higher-priority work was posted from outside: the worker loop takes work in
+    // priority order, inboxes included.
+    if (w->m_inline_limit.load(std::memory_order_relaxed) < w->m_prios) [[unlikely]]
+      return std::noop_coroutine();
     for (unsigned p = 0; p < w->m_prios; ++p) {
       if (void* item = pop_local(*w, p)) {
         t_prio = p;
