@@ -16,7 +16,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <memory>
+#include <deque>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -76,9 +76,8 @@ std::uint64_t run_with_probes(int threads, std::uint64_t n, unsigned levels) {
   weft::thread_pool& pool = pool_with_levels(threads, levels);
   const unsigned high = 0, low = levels - 1;
 
-  // Enough slots for a long run; the poster stops early if it runs out.
-  constexpr std::size_t k_max_probes = 1 << 20;
-  auto slots = std::make_unique<probe_slot[]>(k_max_probes);
+  // A deque: slots keep their address as it grows, and only the ones used cost memory.
+  std::deque<probe_slot> slots;
   std::atomic<bool> fib_done{false};
   std::uint64_t result = 0;
   std::thread compute([&] {
@@ -88,9 +87,10 @@ std::uint64_t run_with_probes(int threads, std::uint64_t n, unsigned levels) {
 
   std::size_t posted = 0;
   auto next = clock_type::now();
-  while (!fib_done.load(std::memory_order_acquire) && posted < k_max_probes) {
+  while (!fib_done.load(std::memory_order_acquire)) {
     next += k_probe_interval;
-    probe_slot& s = slots[posted++];
+    probe_slot& s = slots.emplace_back();
+    ++posted;
     s.posted = clock_type::now();
     weft::post(pool, probe(s), high);
     std::this_thread::sleep_until(next);  // sleeping, not spinning: the pool keeps both cores

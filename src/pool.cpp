@@ -75,13 +75,7 @@ void pool_impl::schedule(void* item, unsigned prio) {
 void pool_impl::announce_urgent(unsigned prio) noexcept {
   // Workers running lower-priority work notice at their next join (fork.hpp's
   // slow_suspend) or when their current chain ends (take_local).
-  for (auto& w : m_workers) {
-    unsigned limit = w->m_inline_limit.load(std::memory_order_relaxed);
-    while (limit > prio + 1 &&
-           !w->m_inline_limit.compare_exchange_weak(limit, prio + 1, std::memory_order_release,
-                                                   std::memory_order_relaxed)) {
-    }
-  }
+  for (auto& w : m_workers) lower_inline_limit(*w, prio + 1);
 }
 
 }  // namespace weft::detail

@@ -51,6 +51,7 @@ struct alignas(k_cache_line) worker : worker_context {
   void* search() noexcept;       // steal while searching (stealing.cpp)
   void* steal_at(unsigned prio, bool ask) noexcept;  // one sweep over the victims (stealing.cpp)
   bool park() noexcept;          // true when the pool is finished (idle.cpp)
+  void rearm_if_more(unsigned prio) noexcept;  // keep urgent work announced (worker.cpp)
 
   pool_impl& m_pool;
   std::unique_ptr<split_deque[]> m_deque_storage;
@@ -100,6 +101,9 @@ class pool_impl {
 void compute_steal_orders(pool_impl& pool);
 void pin_current_thread(unsigned index) noexcept;
 std::size_t physical_core_count() noexcept;
+
+/// Lowers w.m_inline_limit to `limit` unless it is lower already (any thread; worker.cpp).
+void lower_inline_limit(worker_context& w, unsigned limit) noexcept;
 
 // idle.cpp
 void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected) noexcept;

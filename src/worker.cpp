@@ -101,6 +101,7 @@ void* worker::find_work() noexcept {
     if (item == nullptr && m_prios > 1) item = steal_at(p, false);  // strict priority across workers
     if (item != nullptr) {
       t_prio = p;
+      rearm_if_more(p);
       return item;
     }
   }
@@ -118,10 +119,32 @@ void* take_urgent(worker_context& ctx, unsigned below) noexcept {
     if (item == nullptr) item = w.steal_at(p, false);
     if (item != nullptr) {
       t_prio = p;
+      w.rearm_if_more(p);
       return item;
     }
   }
   return nullptr;
+}
+
+void worker::rearm_if_more(unsigned prio) noexcept {
+  // One announcement may stand for several posts: while more work at `prio` waits in
+  // the inbox, keep lower-priority joins (and take_local) on the slow path so that the
+  // whole backlog runs before lower-priority work resumes. Other workers' inboxes count
+  // too: their owners may be busy, and this worker can steal from them.
+  if (prio + 1 >= m_prios) return;
+  for (const auto& other : m_pool.m_workers) {
+    if (!other->m_inbox.empty(prio)) {
+      lower_inline_limit(*this, prio + 1);
+      return;
+    }
+  }
+}
+
+void lower_inline_limit(worker_context& w, unsigned limit) noexcept {
+  unsigned cur = w.m_inline_limit.load(std::memory_order_relaxed);
+  while (cur > limit && !w.m_inline_limit.compare_exchange_weak(cur, limit, std::memory_order_release,
+                                                                 std::memory_order_relaxed)) {
+  }
 }
 
 void on_work_available(worker_context& ctx, split_deque& d) noexcept {

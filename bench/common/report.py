@@ -54,10 +54,50 @@ def fmt(x, spec, none="-"):
     return none if x is None else format(x, spec)
 
 
+def metric_median(rec, key):
+    vals = rec.get("metrics", {}).get(key)
+    return statistics.median(vals) if rec["status"] == "ok" and vals else None
+
+
+def metric_table(w, recs, runs):
+    """A latency-style table: per row the median over the runs of each metric, and each
+    metric as a ratio to the baseline flavor's at the same thread count."""
+    lines = [f"\n{w.name} ({w.size_label.format(recs[0]['size'])}; median of {runs} run(s); "
+             f"'/ {w.baseline}' = this / {w.baseline} at the same threads)"]
+    head = ["flavor", "threads", "median ms"]
+    for k in w.metrics:
+        head += [k.split(".", 1)[1]] + ([f"/ {w.baseline}"] if not k.endswith("samples") else [])
+    head += ["RSS MiB", "status"]
+    rows = [tuple(head)]
+    for r in recs:
+        base = next((b for b in recs if b["flavor"] == w.baseline and b["threads"] == r["threads"]), None)
+        m = median_us(r)
+        row = [r["flavor"], fmt(r["threads"], "d"), fmt(m and m / 1000, ",.2f")]
+        for k in w.metrics:
+            v = metric_median(r, k)
+            row.append(fmt(v, ",.0f"))
+            if not k.endswith("samples"):
+                b = metric_median(base, k) if base else None
+                row.append(fmt(v / b if v is not None and b else None, ".4f"))
+        row += [fmt(median_rss_mib(r), ".1f"), "ok" if r["status"] == "ok" else "FAIL: " + r["reason"]]
+        rows.append(tuple(row))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(head) - 1)]
+    for row in rows:
+        cells = [row[0].ljust(widths[0])] + [c.rjust(wd) for c, wd in zip(row[1:-1], widths[1:])]
+        lines.append("  ".join(cells + [row[-1]]))
+    return lines
+
+
 def tables(workloads, records, runs, notes):
     """The text report: one table per workload, then the notes."""
     lines = []
     for w in workloads:
+        if w.metrics:
+            recs = sorted((r for r in records if r["workload"] == w.name),
+                          key=lambda r: (r["threads"] or 0, r["flavor"] != w.baseline))
+            if recs:
+                lines += metric_table(w, recs, runs)
+            continue
         head = ("flavor", "threads", "median ms", "spread", "speedup", f"x {w.baseline}", "vs peer",
                 "RSS MiB", "status")
         recs = ordered(w, [r for r in records if r["workload"] == w.name])

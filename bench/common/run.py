@@ -31,6 +31,10 @@ class Workload:
     size_label: str = "size={:,}"  # how tables and charts name a size
     baseline: str = "seq"          # speedups are over this flavor, run at 1 thread only
     peers: tuple = ("tbb", "omp")  # "vs peer" is over the best of these
+    # Extra per-run figures the binary prints as `<group>: key=value ...` lines (one
+    # line per run, the warm-up's first), shown as table columns "group.key" (median
+    # over the runs). Set for latency-style workloads.
+    metrics: tuple = ()
 
 
 COMPUTE = ("seq", "fj", "tbb", "omp")
@@ -39,6 +43,8 @@ WORKLOADS = [
     Workload("skynet", COMPUTE, 100_000_000, 1_000_000, "{:,} leaves"),
     Workload("nqueens", COMPUTE, 14, 10, "n={}"),
     Workload("matmul", COMPUTE, 2048, 256, "N={}"),
+    Workload("priority", ("levels1", "levels2"), 39, 30, "low-priority fib({}), a probe every 100 us",
+             baseline="levels1", peers=(), metrics=("latency.p50_ns", "latency.p99_ns", "latency.samples")),
 ]
 
 
@@ -134,7 +140,7 @@ def plan(args, workloads):
             if f not in have:
                 notes.append(f"{w.name}: flavor {f} not built into {binary_path(args, w)}")
                 continue
-            counts = [1] if f == w.baseline else thread_counts(args)
+            counts = [1] if f == w.baseline and not w.metrics else thread_counts(args)
             jobs += [(w, f, t) for t in counts]
     return jobs, notes
 
@@ -143,6 +149,22 @@ DURATION = re.compile(r"^\s*duration:\s*(\d+)\s*us\s*$", re.M)
 MAX_RSS = re.compile(r"^\s*max_rss:\s*(\d+)\s*KiB\s*$", re.M)
 OUTPUT = re.compile(r"^output:\s*(\S+)\s*$", re.M)
 FAIL = re.compile(r"^FAIL:\s*(.*)$", re.M)
+METRIC = re.compile(r"^([a-z][a-z0-9_]*):((?:\s+[a-z][a-z0-9_]*=-?[0-9.]+)+)\s*$", re.M)
+
+
+def parse_metrics(stdout, runs):
+    """{"group.key": [value per timed run]} from `group: key=value ...` lines; the
+    last `runs` lines of each group are the timed runs (the first is the warm-up)."""
+    per_group = {}
+    for m in METRIC.finditer(stdout):
+        per_group.setdefault(m.group(1), []).append(
+            {k: float(v) for k, v in (kv.split("=") for kv in m.group(2).split())})
+    out = {}
+    for group, lines in per_group.items():
+        for line in lines[-runs:]:
+            for k, v in line.items():
+                out.setdefault(f"{group}.{k}", []).append(v)
+    return out
 
 
 def launch(cmd, timeout):
@@ -198,6 +220,7 @@ def run_one(args, w, flavor, threads):
     out = OUTPUT.search(stdout)
     rec["runs"] = [{"duration_us": d, "max_rss_kib": r} for d, r in zip(durations, rss)]
     rec["output"] = out.group(1) if out else None
+    rec["metrics"] = parse_metrics(stdout, args.runs)
     if m := FAIL.search(stdout):
         rec["reason"] = m.group(1)
     elif code > 128:

@@ -130,3 +130,37 @@ TEST_CASE("stress: a high-priority post runs while every worker is busy with low
     REQUIRE(stopped.load() == 2);  // both loops saw the probe's flag before the time limit
   }
 }
+
+namespace {
+
+weft::task<void> count_probe(std::atomic<int>& ran, int total, std::atomic<bool>& all_ran) {
+  if (ran.fetch_add(1, std::memory_order_acq_rel) + 1 == total) all_ran.store(true, std::memory_order_release);
+  co_return;
+}
+
+}  // namespace
+
+TEST_CASE("stress: a burst of high-priority posts all run while workers stay busy with low-priority work",
+          "[stress][priority]") {
+  // One announcement can stand for many posts: the backlog must drain before the
+  // low-priority work resumes, not one probe per later post.
+  constexpr int k_probes = 64;
+  for (int round = 0; round < weft_test::rounds(20, 4); ++round) {
+    weft::thread_pool pool{{.threads = 2, .priorities = 2}};
+    std::atomic<bool> all_ran{false};
+    std::atomic<int> ran{0};
+    const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    std::vector<std::thread> busy;
+    std::atomic<int> stopped{0};
+    for (int i = 0; i < 2; ++i) {
+      busy.emplace_back([&] {
+        if (weft::sync_wait(pool, compute_until(all_ran, limit), 1)) stopped.fetch_add(1);
+      });
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    for (int i = 0; i < k_probes; ++i) weft::post(pool, count_probe(ran, k_probes, all_ran), 0);
+    for (auto& t : busy) t.join();
+    REQUIRE(ran.load() == k_probes);
+    REQUIRE(stopped.load() == 2);
+  }
+}
