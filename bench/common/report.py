@@ -158,6 +158,58 @@ def write_json(path, root, cxx, args, records):
     path.write_text(json.dumps(doc, indent=1) + "\n")
 
 
+def load_json(path):
+    with open(path) as f:
+        doc = json.load(f)
+    if not isinstance(doc, dict) or "results" not in doc:
+        raise SystemExit(f"bench/run: {path} is not a bench/run results file (no 'results')")
+    return doc
+
+
+REGRESSION = 1.05  # new / old median above this is flagged
+
+
+def compare(old_doc, new_doc):
+    """(text, number of regressions): new/old median duration per cell (workload,
+    flavor, threads, size) present in both files; cells over REGRESSION are flagged.
+    For workloads with metrics (latency), each metric's new/old ratio is shown too."""
+    def key(r):
+        return (r["workload"], r["flavor"], r["threads"], r["size"])
+    old = {key(r): r for r in old_doc["results"]}
+    lines = [f"\ncompare: new = {new_doc.get('git', {}).get('commit', '?')[:10]} "
+             f"({new_doc.get('date', '?')}), old = {old_doc.get('git', {}).get('commit', '?')[:10]} "
+             f"({old_doc.get('date', '?')}); ratio = new / old median, lower is better"]
+    rows = [("workload", "flavor", "threads", "old ms", "new ms", "ratio", "metrics new/old", "")]
+    regressions = 0
+    for r in sorted(new_doc["results"], key=lambda r: (r["workload"], r["threads"] or 0, r["flavor"])):
+        o = old.get(key(r))
+        if o is None:
+            continue
+        mo, mn = median_us(o), median_us(r)
+        ratio = mn / mo if mo and mn else None
+        metrics = []
+        for k in sorted(r.get("metrics", {})):
+            a, b = metric_median(o, k), metric_median(r, k)
+            if a and b and not k.endswith("samples"):
+                metrics.append(f"{k.split('.', 1)[1]} {b / a:.2f}")
+        flag = ""
+        if ratio is None:
+            flag = "FAIL in " + ("new" if mn is None else "old")
+        elif ratio > REGRESSION:
+            flag = "REGRESSION"
+            regressions += 1
+        rows.append((r["workload"], r["flavor"], fmt(r["threads"], "d"), fmt(mo and mo / 1000, ",.2f"),
+                     fmt(mn and mn / 1000, ",.2f"), fmt(ratio, ".3f"), ", ".join(metrics), flag))
+    if len(rows) == 1:
+        return "\n".join(lines + ["no cell (workload, flavor, threads, size) is in both files"]), 0
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        lines.append("  ".join(c.ljust(wd) if i < 2 or i >= 6 else c.rjust(wd)
+                               for i, (c, wd) in enumerate(zip(row, widths))).rstrip())
+    lines.append(f"{regressions} regression(s) over {REGRESSION - 1:.0%}")
+    return "\n".join(lines), regressions
+
+
 COLORS = {"seq": "#8c8c8c", "fj": "#1f6fb4", "tbb": "#e07b1a", "omp": "#3a9a4a"}
 
 

@@ -63,7 +63,16 @@ def parse_args(argv):
     p.add_argument("--no-build", action="store_true", help="use the binaries already in --build-dir")
     p.add_argument("--results", type=Path, default=ROOT / "bench" / "results",
                    help="where latest.json and the SVG charts go (default bench/results)")
+    p.add_argument("--compare", type=Path, metavar="OLD.json",
+                   help="after the run, print new/old median per cell and flag regressions over 5%%")
+    p.add_argument("--against", type=Path, metavar="NEW.json",
+                   help="with --compare: compare this results file instead of running anything")
     args = p.parse_args(argv)
+    if args.against and not args.compare:
+        p.error("--against needs --compare OLD.json")
+    for f in (args.compare, args.against):
+        if f and not f.is_file():
+            p.error(f"no such results file: {f}")
     if args.runs < 1:
         p.error("--runs must be >= 1")
     if args.timeout is None:
@@ -258,6 +267,10 @@ class Progress:
 
 def main(argv):
     args = parse_args(argv)
+    if args.against:
+        text, regressions = report.compare(report.load_json(args.compare), report.load_json(args.against))
+        print(text)
+        return 1 if regressions else 0
     workloads = [w for w in WORKLOADS if not args.only or w.name in args.only]
     cxx = None if args.no_build else build(args, workloads)
     cxx = cxx or cmake_cached_compiler(args.build_dir) or os.environ.get("CXX") or "clang++-19"
@@ -278,7 +291,15 @@ def main(argv):
         report.write_svg(args.results / f"{w.name}.svg", w, [r for r in records if r["workload"] == w.name],
                          args.runs)
     print(f"results: {args.results / 'latest.json'} and {len(workloads)} SVG chart(s)")
+    regressions = 0
+    if args.compare:
+        text, regressions = report.compare(report.load_json(args.compare),
+                                           report.load_json(args.results / "latest.json"))
+        print(text)
     failed = [r for r in records if r["status"] != "ok"]
+    if regressions:
+        print(f"bench/run: {regressions} cell(s) regressed by more than 5% against {args.compare}",
+              file=sys.stderr)
     if failed:
         print(f"bench/run: {len(failed)} run(s) FAILED", file=sys.stderr)
         return 1
