@@ -247,3 +247,61 @@ def write_svg(path, w, records, runs):
         out.append(f'<text x="{left + length + 6:.1f}" y="{y + 15}">{escape(text)}</text>')
     out.append("</svg>")
     path.write_text("\n".join(out) + "\n")
+
+
+def write_sweep_svg(path, w, records, runs):
+    """The --sweep chart: speedup over the baseline (y) against threads (x), one line
+    per flavor, with the ideal (linear) speedup dashed. Falls back to bars when there
+    is no baseline time to divide by."""
+    d = derived(w, records)
+    lines = {}
+    for r in records:
+        speedup = d[id(r)][1]
+        if r["flavor"] != w.baseline and r["threads"] and speedup:
+            lines.setdefault(r["flavor"], []).append((r["threads"], speedup))
+    if not lines:
+        write_svg(path, w, records, runs)
+        return
+    max_t = max(t for pts in lines.values() for t, _ in pts)
+    max_s = max(max(s for pts in lines.values() for _, s in pts), float(max_t), 1.0)
+    left, top, plot_w, plot_h = 60, 50, 460, 300
+    width, height = left + plot_w + 150, top + plot_h + 50
+
+    def x(t):
+        return left + (t - 1) / max(1, max_t - 1) * plot_w
+
+    def y(s):
+        return top + plot_h - s / max_s * plot_h
+
+    size = w.size_label.format(records[0]["size"]) if records else ""
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           f'font-family="sans-serif" font-size="12">',
+           f'<rect width="{width}" height="{height}" fill="white"/>',
+           f'<text x="10" y="22" font-size="16" font-weight="bold">{escape(w.name)} ({escape(size)}): '
+           f'speedup over {escape(w.baseline)}</text>',
+           f'<text x="10" y="40" fill="#555">median of {runs} run(s) per point; dashed: linear speedup</text>',
+           f'<line x1="{left}" y1="{top + plot_h}" x2="{left + plot_w}" y2="{top + plot_h}" stroke="#333"/>',
+           f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + plot_h}" stroke="#333"/>']
+    for t in range(1, max_t + 1):
+        out.append(f'<text x="{x(t):.1f}" y="{top + plot_h + 16}" text-anchor="middle">{t}</text>')
+    out.append(f'<text x="{left + plot_w / 2}" y="{top + plot_h + 34}" text-anchor="middle">threads</text>')
+    step = max(1, round(max_s / 8))
+    s_tick = 0
+    while s_tick <= max_s:
+        out.append(f'<text x="{left - 6}" y="{y(s_tick) + 4:.1f}" text-anchor="end">{s_tick}</text>')
+        out.append(f'<line x1="{left}" x2="{left + plot_w}" y1="{y(s_tick):.1f}" y2="{y(s_tick):.1f}" '
+                   f'stroke="#eee"/>')
+        s_tick += step
+    out.append(f'<line x1="{x(1):.1f}" y1="{y(1):.1f}" x2="{x(max_t):.1f}" y2="{y(max_t):.1f}" '
+               f'stroke="#999" stroke-dasharray="4 4"/>')
+    for i, (flavor, pts) in enumerate(sorted(lines.items())):
+        pts.sort()
+        color = COLORS.get(flavor, "#7a5195")
+        path_d = " ".join(f"{'M' if j == 0 else 'L'}{x(t):.1f},{y(s):.1f}" for j, (t, s) in enumerate(pts))
+        out.append(f'<path d="{path_d}" fill="none" stroke="{color}" stroke-width="2"/>')
+        for t, s in pts:
+            out.append(f'<circle cx="{x(t):.1f}" cy="{y(s):.1f}" r="3" fill="{color}"/>')
+        out.append(f'<rect x="{left + plot_w + 20}" y="{top + i * 20}" width="12" height="12" fill="{color}"/>')
+        out.append(f'<text x="{left + plot_w + 38}" y="{top + i * 20 + 11}">{escape(flavor)}</text>')
+    out.append("</svg>")
+    path.write_text("\n".join(out) + "\n")

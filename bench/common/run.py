@@ -288,7 +288,8 @@ def main(argv):
     args.results.mkdir(parents=True, exist_ok=True)
     report.write_json(args.results / "latest.json", ROOT, cxx, args, records)
     for w in workloads:
-        report.write_svg(args.results / f"{w.name}.svg", w, [r for r in records if r["workload"] == w.name],
+        writer = report.write_sweep_svg if args.sweep and not w.metrics else report.write_svg
+        writer(args.results / f"{w.name}.svg", w, [r for r in records if r["workload"] == w.name],
                          args.runs)
     print(f"results: {args.results / 'latest.json'} and {len(workloads)} SVG chart(s)")
     regressions = 0
