@@ -30,7 +30,7 @@ struct cancel_state {
 
 /// A cancellation request shared by any number of operations (with_cancel). Once
 /// request_cancel() was called, every operation listening ends with
-/// std::errc::operation_canceled (asio::error::operation_aborted, ECANCELED), and so
+/// ECANCELED (asio::error::operation_aborted for Asio operations), and so
 /// does every operation started with it later. Copies share the same state. Thread-safe.
 class cancel_source {
  public:

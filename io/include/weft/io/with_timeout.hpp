@@ -180,7 +180,7 @@ class [[nodiscard]] cancel_op {
 
 /// Runs `op` (an Asio operation with use_task) until it completes or `source` requests
 /// cancellation, whichever comes first; a cancelled operation completes with
-/// asio::error::operation_aborted (== std::errc::operation_canceled). `source` may be
+/// asio::error::operation_aborted (ECANCELED in Asio's category). `source` may be
 /// cancelled from any thread, also before the operation starts.
 template <asio_operation Op>
 auto with_cancel(Op&& op, const cancel_source& source) {
