@@ -31,6 +31,7 @@ class Workload:
     size_label: str = "size={:,}"  # how tables and charts name a size
     baseline: str = "seq"          # speedups are over this flavor, run at 1 thread only
     peers: tuple = ("tbb", "omp")  # "vs peer" is over the best of these
+    single_thread: bool = False    # the binary ignores --threads: run every flavor at 1 only
 
 
 COMPUTE = ("seq", "fj", "tbb", "omp")
@@ -39,6 +40,8 @@ WORKLOADS = [
     Workload("skynet", COMPUTE, 100_000_000, 1_000_000, "{:,} leaves"),
     Workload("nqueens", COMPUTE, 14, 10, "n={}"),
     Workload("matmul", COMPUTE, 2048, 256, "N={}"),
+    Workload("io_socket_st", ("asio", "weft-asio", "weft-uring"), 100_000, 10_000, "{:,} requests, 20 connections",
+             baseline="asio", peers=("asio",), single_thread=True),
 ]
 
 
@@ -134,7 +137,7 @@ def plan(args, workloads):
             if f not in have:
                 notes.append(f"{w.name}: flavor {f} not built into {binary_path(args, w)}")
                 continue
-            counts = [1] if f == w.baseline else thread_counts(args)
+            counts = [1] if f == w.baseline or w.single_thread else thread_counts(args)
             jobs += [(w, f, t) for t in counts]
     return jobs, notes
 
