@@ -311,6 +311,57 @@ void cancel_fd_call(void* p) { uring_impl::current()->cancel_fd(static_cast<int>
 
 }  // namespace
 
+// ---- with_cancel ----------------------------------------------------------------------------
+
+void uring_cancel::start(uring_context& ctx, uring_op& op) {
+  m_ctx = &ctx;
+  m_op = &op;
+  m_reg.m_fn = &on_cancel;
+  m_reg.m_owner = this;
+  op.m_on_cqe = &on_cqe;
+  op.m_arg = this;
+  ctx.invoke(&begin, this);
+}
+
+void uring_cancel::begin(void* p) {
+  auto* self = static_cast<uring_cancel*>(p);
+  uring_impl& loop = *uring_impl::current();
+  loop.prepare(*self->m_op);
+  if (self->m_source.add(self->m_reg)) {
+    self->m_registered = true;
+    ++self->m_op->m_pending;  // the registration: released by on_cqe or cancel_now
+  } else {
+    io_uring_sqe* s = loop.sqe();  // cancelled already: cancel it right behind its SQE
+    io_uring_prep_cancel64(s, reinterpret_cast<std::uintptr_t>(self->m_op), 0);
+    io_uring_sqe_set_data64(s, k_ignore_data);
+  }
+}
+
+void uring_cancel::on_cancel(cancel_registration* r) noexcept {
+  auto* self = static_cast<uring_cancel*>(r->m_owner);
+  // Always queued, even on the loop thread: this runs under the source's lock.
+  self->m_ctx->impl().post_call(&cancel_now, self);
+}
+
+void uring_cancel::cancel_now(void* p) {
+  auto* self = static_cast<uring_cancel*>(p);
+  uring_op& op = *self->m_op;
+  if (!self->m_main_done) {
+    io_uring_sqe* s = uring_impl::current()->sqe();
+    io_uring_prep_cancel64(s, reinterpret_cast<std::uintptr_t>(&op), 0);
+    io_uring_sqe_set_data64(s, k_ignore_data);
+  }
+  if (--op.m_pending == 0) op.m_waiter.resume();
+}
+
+bool uring_cancel::on_cqe(uring_op& op, int, unsigned) {
+  auto* self = static_cast<uring_cancel*>(op.m_arg);
+  self->m_main_done = true;
+  // Not fired: drop the registration's count here. Fired: cancel_now drops it.
+  if (self->m_registered && !self->m_source.remove(self->m_reg)) --op.m_pending;
+  return true;
+}
+
 accept_awaitable::accept_awaitable(uring_context& ctx, listener_state* st) noexcept : uring_awaitable(ctx) {
   m_op.m_kind = op_kind::custom;
   m_op.m_start = &start_accept;

@@ -380,3 +380,66 @@ TEST_CASE("uring: refused connections, invalid addresses, EOF", "[uring]") {
   }
   CHECK(weft_io_test::fd_count() == fds_before);
 }
+
+TEST_CASE("uring: with_cancel on sleeps and reads, from any thread", "[uring]") {
+  const std::size_t fds_before = weft_io_test::fd_count();
+  {
+    auto io = weft_io_test::make_uring_or_skip();
+    if (!io) return;
+    weft::thread_pool pool{{.threads = 1}};
+
+    // A long sleep cancelled from another thread ends early with operation_canceled.
+    weft::io::cancel_source stop;
+    std::atomic<bool> sleeping{false};
+    auto sleeper = [&]() -> weft::task<std::error_code> {
+      sleeping.store(true);
+      co_return co_await weft::io::with_cancel(weft::io::sleep_for(*io, 30s), stop);
+    };
+    std::thread canceller([&] {
+      while (!sleeping.load()) std::this_thread::yield();
+      std::this_thread::sleep_for(20ms);
+      stop.request_cancel();
+    });
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto ec = weft::sync_wait(pool, sleeper());
+    canceller.join();
+    CHECK(ec == std::errc::operation_canceled);
+    CHECK(std::chrono::steady_clock::now() - t0 < 10s);
+
+    // Already cancelled: a read with no data ends at once; on the loop thread too.
+    tcp_listener l(*io);
+    REQUIRE_FALSE(l.listen(endpoint::loopback(0)));
+    auto body = [&]() -> weft::task<void> {
+      tcp_stream c(*io);
+      REQUIRE_FALSE(co_await c.connect(l.local_endpoint()));
+      auto [aec, s] = co_await l.accept();
+      REQUIRE_FALSE(aec);
+      char buf[8];
+      auto [e1, n1] = co_await weft::io::with_cancel(s.read_some(buf, sizeof buf), stop);
+      CHECK(e1 == std::errc::operation_canceled);
+      CHECK(n1 == 0);
+      // Not cancelled: the operation's own result, also under a timeout.
+      weft::io::cancel_source idle;
+      CHECK_FALSE(co_await weft::io::with_cancel(weft::io::sleep_for(*io, 1ms), idle));
+      auto [e2, n2] = co_await c.write_all("abc", 3);
+      CHECK_FALSE(e2);
+      auto [e3, n3] = co_await weft::io::with_cancel(weft::io::with_timeout(s.read_some(buf, sizeof buf), 5s), idle);
+      CHECK_FALSE(e3);
+      CHECK(n3 == 3);
+      // Cancelled while pending, by a task of the loop itself.
+      weft::io::cancel_source later;
+      auto canceller_task = [&]() -> weft::task<void> {
+        co_await weft::io::sleep_for(*io, 10ms);
+        later.request_cancel();
+      };
+      auto h = weft::spawn(canceller_task()).fork();
+      auto [e4, n4] = co_await weft::io::with_cancel(s.read_some(buf, sizeof buf), later);
+      co_await h;
+      CHECK(e4 == std::errc::operation_canceled);
+      (void)n2;
+      (void)n4;
+    };
+    weft::sync_wait(*io, body());
+  }
+  CHECK(weft_io_test::fd_count() == fds_before);
+}

@@ -21,6 +21,7 @@
 #include <system_error>
 #include <utility>
 
+#include "weft/io/cancel.hpp"
 #include "weft/io/error.hpp"
 #include "weft/io/uring_context.hpp"
 
@@ -72,6 +73,7 @@ class transfer_awaitable : public uring_awaitable {
  public:
   transfer_awaitable(uring_context& ctx, op_kind kind, int fd, void* buf, std::size_t len) noexcept;
   static constexpr bool k_linked_timeout_ok = true;  // with_timeout applies
+  static constexpr bool k_cancel_ok = true;          // with_cancel applies
   io_result await_resume() const noexcept { return byte_result(m_op, m_op.m_kind == op_kind::recv && m_op.m_len > 0); }
 };
 
@@ -218,6 +220,61 @@ std::remove_cvref_t<Awaitable> with_timeout(Awaitable&& a, std::chrono::duration
   op.m_ts[0] = ns <= 0 ? 0 : ns / 1'000'000'000;
   op.m_ts[1] = ns <= 0 ? 1 : ns % 1'000'000'000;
   return std::move(a);
+}
+
+namespace detail {
+
+/// The non-template half of with_cancel over a ring operation (io/src/tcp.cpp). While
+/// the source listens, the registration counts as one more completion of the operation
+/// (uring_op::m_pending), so the task resumes only after a cancellation handed to the
+/// loop has run there: the operation's memory is never reached through a stale request.
+class uring_cancel {
+ public:
+  explicit uring_cancel(cancel_source source) noexcept : m_source(std::move(source)) {}
+  /// From await_suspend, after the waiter was captured.
+  void start(uring_context& ctx, uring_op& op);
+
+ private:
+  static void begin(void* self);                                // loop thread
+  static void on_cancel(cancel_registration* r) noexcept;       // any thread, under the source's lock
+  static void cancel_now(void* self);                           // loop thread
+  static bool on_cqe(uring_op& op, int res, unsigned flags);    // loop thread
+
+  cancel_source m_source;
+  cancel_registration m_reg;
+  uring_context* m_ctx = nullptr;
+  uring_op* m_op = nullptr;
+  bool m_registered = false;
+  bool m_main_done = false;
+};
+
+/// The awaitable of with_cancel over a ring operation.
+template <class Awaitable>
+class [[nodiscard]] uring_cancel_op {
+ public:
+  uring_cancel_op(Awaitable a, cancel_source s) : m_a(std::move(a)), m_cancel(std::move(s)) {}
+  bool await_ready() const noexcept { return false; }
+  void await_suspend(std::coroutine_handle<> h) {
+    m_a.op().m_waiter.capture(h);
+    m_cancel.start(m_a.context(), m_a.op());
+  }
+  decltype(auto) await_resume() { return m_a.await_resume(); }
+
+ private:
+  Awaitable m_a;
+  uring_cancel m_cancel;
+};
+
+}  // namespace detail
+
+/// Runs a ring operation (read_some, write_some, sleep_for/sleep_until, also one under
+/// with_timeout) until it completes or `source` requests cancellation (from any thread,
+/// also before it starts); a cancelled operation yields std::errc::operation_canceled.
+/// Cancellation is best effort: an operation the kernel already finished keeps its result.
+template <class Awaitable>
+  requires std::remove_cvref_t<Awaitable>::k_cancel_ok
+detail::uring_cancel_op<std::remove_cvref_t<Awaitable>> with_cancel(Awaitable&& a, const cancel_source& source) {
+  return {std::move(a), source};
 }
 
 }  // namespace weft::io

@@ -109,7 +109,7 @@ class uring_context final : public executor {
   bool submit(detail::uring_op& op);
   /// Not API: runs fn(arg) on the loop thread (now, when called there). Thread-safe.
   void invoke(void (*fn)(void*), void* arg);
-  /// Not API: the loop's state (io/src); only valid on the loop thread.
+  /// Not API: the loop's state (io/src); its post_call is thread-safe, the rest is for the loop thread.
   detail::uring_impl& impl() noexcept { return *m_impl; }
 
  private:
@@ -129,6 +129,8 @@ class uring_awaitable {
   }
   /// Not API: the operation (with_timeout sets its linked timeout).
   uring_op& op() noexcept { return m_op; }
+  /// Not API: the context the operation runs on.
+  uring_context& context() const noexcept { return *m_ctx; }
 
  protected:
   uring_context* m_ctx;
