@@ -127,7 +127,7 @@ TEST_CASE("asio: echo, 1000 connections x 100 messages, 10% reset half-way", "[a
   weft_io_test::raise_fd_limit();
   const std::size_t fds_before = weft_io_test::fd_count();
   {
-    const std::size_t conns = 1000, messages = weft_test::rounds(100, 40), reset_every = 10;
+    const std::size_t conns = 1000, messages = 100, reset_every = 10;
     asio_executor server, clients;
     server_stats st;
     failures f;

@@ -170,7 +170,7 @@ TEST_CASE("uring: echo, 1000 connections x 100 messages, 10% reset half-way", "[
     if (!server) return;
     auto clients = weft_io_test::make_uring_or_skip();
     INFO("multishot accept: " << server->has_multishot_accept());
-    run_echo(*server, *clients, *clients, 1000, weft_test::rounds(100, 40), 10);
+    run_echo(*server, *clients, *clients, 1000, 100, 10);
   }
   CHECK(weft_io_test::fd_count() == fds_before);
 }
