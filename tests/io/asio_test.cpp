@@ -256,7 +256,8 @@ TEST_CASE("use_task: plain, composed, no-error and value-only signatures", "[asi
     auto conn = weft::spawn(connecting()).fork();
     auto [aec, srv] = co_await a.async_accept(use_task);
     REQUIRE_FALSE(aec);
-    CHECK_FALSE(co_await conn);
+    auto r1 = co_await conn;  // outside the macro: g++-12 evaluates a co_await operand of Catch's macros twice
+    CHECK_FALSE(r1);
     auto [wec, wn] = co_await asio::async_write(c, asio::buffer(std::string("line one\nline two\n")), use_task);
     CHECK_FALSE(wec);
     CHECK(wn == 18);
