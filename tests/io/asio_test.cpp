@@ -345,6 +345,20 @@ TEST_CASE("asio: with_timeout and with_cancel", "[asio]") {
     co_return e1 || e2 ? 0 : n2;
   };
   CHECK(weft::sync_wait(io, normal()) == 2);
+  // Asio's own per-operation slot works with use_task too (emitted on the I/O thread).
+  asio::cancellation_signal signal;
+  auto emit_later = [&]() -> weft::task<void> {
+    asio::steady_timer t(io.context(), 10ms);
+    co_await t.async_wait(use_task);
+    signal.emit(asio::cancellation_type::terminal);
+  };
+  auto slotted = [&]() -> weft::task<std::error_code> {
+    auto h = weft::spawn(emit_later()).fork();
+    auto [e, n] = co_await s.async_read_some(asio::buffer(buf), asio::bind_cancellation_slot(signal.slot(), use_task));
+    co_await h;
+    co_return e;
+  };
+  CHECK(weft::sync_wait(io, slotted()) == asio::error::operation_aborted);
   weft::sync_wait(io, [&]() -> weft::task<void> {
     c.close();
     s.close();

@@ -1,7 +1,13 @@
 // The io_uring backend: echo under load with resets, timers, timeouts, cancellation,
 // errors, executor behaviour and fd hygiene. Skipped (with a WARN naming the cause)
 // where io_uring is unavailable.
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -450,4 +456,61 @@ TEST_CASE("uring: with_cancel on sleeps and reads, from any thread", "[uring]") 
     weft::sync_wait(*io, body());
   }
   CHECK(weft_io_test::fd_count() == fds_before);
+}
+
+namespace {
+
+// In a child process: forbid io_uring_setup with EPERM (a seccomp filter, as container
+// runtimes install), then check the constructor's error and that Asio still works.
+// Exit codes: 0 ok, 2 no exception, 3 wrong code, 4 message without the cause, 5 Asio
+// failed, 6 seccomp could not be installed (the parent then skips).
+[[noreturn]] void child_without_io_uring() {
+  sock_filter filter[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  sock_fprog prog{static_cast<unsigned short>(sizeof filter / sizeof filter[0]), filter};
+  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0)
+    ::_exit(6);
+  int code = 2;
+  try {
+    weft::io::uring_context io;
+  } catch (const weft::io::uring_unavailable& e) {
+    const std::string what = e.what();
+    if (e.code() != std::errc::operation_not_permitted) code = 3;
+    else if (what.find("EPERM") == std::string::npos || what.find("seccomp") == std::string::npos) code = 4;
+    else code = 0;
+  }
+  if (code == 0) {
+    weft::io::asio_executor asio_io;
+    auto answer = []() -> weft::task<int> { co_return 42; };
+    if (weft::sync_wait(asio_io, answer()) != 42) code = 5;
+  }
+  ::_exit(code);
+}
+
+}  // namespace
+
+TEST_CASE("uring: unavailable io_uring is a clear error; Asio keeps working", "[uring]") {
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) child_without_io_uring();
+  int status = 0;
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (::waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      FAIL("the child without io_uring did not finish in 30 s");
+    }
+    std::this_thread::sleep_for(1ms);
+  }
+  REQUIRE(WIFEXITED(status));
+  if (WEXITSTATUS(status) == 6) {
+    WARN("SKIPPED: cannot install a seccomp filter here");
+    return;
+  }
+  CHECK(WEXITSTATUS(status) == 0);
 }

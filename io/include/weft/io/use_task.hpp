@@ -69,6 +69,11 @@ class sink_handler {
 template <class T>
 struct is_async_op : std::false_type {};
 
+/// Names async_result's return_type, which Asio 1.22's token adapters
+/// (bind_cancellation_slot, ...) declare a member with; the real result of an operation
+/// is the async_op that initiate() returns. Never instantiated.
+struct lazy_operation;
+
 }  // namespace detail
 
 /// The awaitable an Asio operation returns for use_task: the operation's initiation and
@@ -132,6 +137,8 @@ namespace asio {
 template <class... Args>
 class async_result<weft::io::use_task_t, void(Args...)> {
  public:
+  using return_type = weft::io::detail::lazy_operation;
+
   template <class Initiation, class... InitArgs>
   static auto initiate(Initiation&& init, weft::io::use_task_t, InitArgs&&... args) {
     using op = weft::io::async_op<std::decay_t<Initiation>, std::tuple<std::decay_t<InitArgs>...>,
