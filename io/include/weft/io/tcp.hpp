@@ -183,7 +183,8 @@ class accept_awaitable : public uring_awaitable {
 /// the kernel has it (one SQE serves every connection; connections that arrive with
 /// nobody waiting are queued), else one accept per call. Move-only; closes on
 /// destruction. accept() may be awaited from several tasks at once, on any threads;
-/// listen() and close() must not race with other calls. The context must outlive it.
+/// listen() and close() must not race with other member calls (calling accept() counts;
+/// an accept already pending does not). The context must outlive it.
 class tcp_listener {
  public:
   explicit tcp_listener(uring_context& ctx) noexcept : m_ctx(&ctx) {}
@@ -196,8 +197,9 @@ class tcp_listener {
   std::error_code listen(const endpoint& at, int backlog = SOMAXCONN) noexcept;
   /// The bound address (its real port after listening on port 0).
   endpoint local_endpoint() const noexcept;
-  /// Waits for the next connection: {ec, stream}. After close(): operation_canceled;
-  /// before listen(): bad_file_descriptor.
+  /// Waits for the next connection: {ec, stream}. A pending accept ends with
+  /// operation_canceled when the listener is closed; accept() before listen() or after
+  /// close() yields bad_file_descriptor.
   detail::accept_awaitable accept() noexcept { return {*m_ctx, m_state}; }
   /// Stops listening: pending accepts end with operation_canceled, queued connections
   /// are closed, the socket is closed once the loop let go of it. Idempotent.
