@@ -35,6 +35,7 @@ class Workload:
     # line per run, the warm-up's first), shown as table columns "group.key" (median
     # over the runs). Set for latency-style workloads.
     metrics: tuple = ()
+    single_thread: bool = False    # the binary ignores --threads: run every flavor at 1 only
 
 
 COMPUTE = ("seq", "fj", "tbb", "omp")
@@ -45,6 +46,8 @@ WORKLOADS = [
     Workload("matmul", COMPUTE, 2048, 256, "N={}"),
     Workload("priority", ("levels1", "levels2"), 39, 30, "low-priority fib({}), a probe every 100 us",
              baseline="levels1", peers=(), metrics=("latency.p50_ns", "latency.p99_ns", "latency.samples")),
+    Workload("io_socket_st", ("asio", "weft-asio", "weft-uring"), 100_000, 10_000, "{:,} requests, 20 connections",
+             baseline="asio", peers=("asio",), single_thread=True),
 ]
 
 
@@ -149,7 +152,7 @@ def plan(args, workloads):
             if f not in have:
                 notes.append(f"{w.name}: flavor {f} not built into {binary_path(args, w)}")
                 continue
-            counts = [1] if f == w.baseline and not w.metrics else thread_counts(args)
+            counts = [1] if w.single_thread or (f == w.baseline and not w.metrics) else thread_counts(args)
             jobs += [(w, f, t) for t in counts]
     return jobs, notes
 

@@ -32,3 +32,4 @@ step(${CMAKE_COMMAND} -S ${CONSUMER_DIR} -B ${consumer_build}
   -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF)
 step(${CMAKE_COMMAND} --build ${consumer_build})
 step(${consumer_build}/weft_consumer)
+step(${consumer_build}/weft_io_consumer)

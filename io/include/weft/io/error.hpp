@@ -1,0 +1,29 @@
+// weft/io/error.hpp: the error codes weft's I/O layer adds to the system ones.
+//
+// Every I/O operation reports failure as a std::error_code value, never by throwing:
+// system errors (ECONNREFUSED, ECONNRESET, EINVAL, ...) in std::system_category, plus
+// the few conditions below that are not errno values.
+#pragma once
+
+#include <system_error>
+
+namespace weft::io {
+
+/// Conditions of weft's I/O layer that have no errno value.
+enum class error {
+  eof = 1,             ///< the peer closed its end: a read returned 0 bytes
+  timed_out = 2,       ///< with_timeout: the time ran out and the operation was cancelled
+  cancelled = 3,       ///< the operation was cancelled (cancel_source, stream.cancel())
+  uring_unavailable = 4,  ///< io_uring cannot be used in this process
+};
+
+/// The category of weft::io::error ("weft.io"). Thread-safe.
+const std::error_category& io_category() noexcept;
+
+/// Makes an error_code of io_category(). Thread-safe.
+inline std::error_code make_error_code(error e) noexcept { return {static_cast<int>(e), io_category()}; }
+
+}  // namespace weft::io
+
+template <>
+struct std::is_error_code_enum<weft::io::error> : std::true_type {};

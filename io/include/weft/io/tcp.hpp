@@ -1,0 +1,282 @@
+// weft/io/tcp.hpp: TCP over the io_uring backend: endpoint, tcp_stream, tcp_listener.
+//
+//   weft::io::tcp_listener listener(ctx);
+//   if (auto ec = listener.listen(weft::io::endpoint::loopback(0))) ...;
+//   auto [ec, stream] = co_await listener.accept();
+//   auto [ec2, n] = co_await stream.read_some(buf, sizeof buf);   // ec2 == error::eof at the end
+//   co_await stream.write_all(buf, n);
+//
+// Every failure is a std::error_code in the result (system errors as
+// std::system_category, EOF and timeouts as weft::io::error), never an exception.
+#pragma once
+
+#include <sys/socket.h>
+
+#include <chrono>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+
+#include "weft/io/cancel.hpp"
+#include "weft/io/error.hpp"
+#include "weft/io/uring_context.hpp"
+
+namespace weft::io {
+
+/// An error_code and a byte count: `auto [ec, n] = co_await stream.read_some(...)`.
+struct io_result {
+  std::error_code ec;
+  std::size_t n = 0;
+};
+
+/// An IPv4 or IPv6 address and port. A value type; thread-safe to read.
+class endpoint {
+ public:
+  /// An empty endpoint (family AF_UNSPEC); connecting to it fails with invalid_argument.
+  endpoint() noexcept = default;
+  /// 127.0.0.1:port.
+  static endpoint loopback(std::uint16_t port) noexcept;
+  /// Parses a numeric address ("127.0.0.1", "::1", no names). An address that does not
+  /// parse sets `ec` to std::errc::invalid_argument and returns an empty endpoint.
+  static endpoint parse(std::string_view address, std::uint16_t port, std::error_code& ec);
+
+  bool empty() const noexcept { return m_len == 0; }
+  std::uint16_t port() const noexcept;
+  /// "127.0.0.1:8080" or "[::1]:8080".
+  std::string to_string() const;
+  const sockaddr* data() const noexcept { return reinterpret_cast<const sockaddr*>(&m_addr); }
+  sockaddr* data() noexcept { return reinterpret_cast<sockaddr*>(&m_addr); }
+  socklen_t size() const noexcept { return m_len; }
+  /// Not API: sets the length after the kernel filled data().
+  void resize(socklen_t n) noexcept { m_len = n; }
+
+ private:
+  sockaddr_storage m_addr{};
+  socklen_t m_len = 0;
+};
+
+class tcp_stream;
+
+namespace detail {
+
+/// The result of a ring operation that yields a byte count.
+io_result byte_result(const uring_op& op, bool zero_is_eof) noexcept;
+/// The error_code of a ring operation that yields nothing else.
+std::error_code status_result(const uring_op& op) noexcept;
+
+/// read_some / write_some: one recv or send.
+class transfer_awaitable : public uring_awaitable {
+ public:
+  transfer_awaitable(uring_context& ctx, op_kind kind, int fd, void* buf, std::size_t len) noexcept;
+  static constexpr bool k_linked_timeout_ok = true;  // with_timeout applies
+  static constexpr bool k_cancel_ok = true;          // with_cancel applies
+  io_result await_resume() const noexcept { return byte_result(m_op, m_op.m_kind == op_kind::recv && m_op.m_len > 0); }
+};
+
+/// write_all: sends again after a partial send, on the loop thread, until all is sent.
+class write_all_awaitable : public uring_awaitable {
+ public:
+  write_all_awaitable(uring_context& ctx, int fd, const void* buf, std::size_t len) noexcept;
+  bool await_suspend(std::coroutine_handle<> h);
+  io_result await_resume() const noexcept;
+
+ private:
+  static bool on_cqe(uring_op& op, int res, unsigned flags);
+  std::size_t m_total;
+  std::size_t m_done = 0;
+};
+
+/// connect: makes the socket (synchronously), then an io_uring connect.
+class connect_awaitable : public uring_awaitable {
+ public:
+  connect_awaitable(uring_context& ctx, tcp_stream& stream, const endpoint& to, std::error_code early) noexcept;
+  static constexpr bool k_linked_timeout_ok = true;  // with_timeout applies
+  bool await_ready() const noexcept { return static_cast<bool>(m_early); }
+  bool await_suspend(std::coroutine_handle<> h);
+  std::error_code await_resume() const noexcept;
+
+ private:
+  tcp_stream* m_stream;
+  endpoint m_to;
+  std::error_code m_early;
+};
+
+struct listener_state;
+
+}  // namespace detail
+
+/// A connected TCP socket of a uring_context. Move-only; closes on destruction. One
+/// read and one write may be in flight at a time (from any threads); the other member
+/// functions must not race with each other. The context must outlive the stream.
+class tcp_stream {
+ public:
+  /// A stream with no socket yet (connect() makes one).
+  explicit tcp_stream(uring_context& ctx) noexcept : m_ctx(&ctx) {}
+  /// Adopts a connected socket `fd` (closed by this stream).
+  tcp_stream(uring_context& ctx, int fd) noexcept : m_ctx(&ctx), m_fd(fd) {}
+  tcp_stream(tcp_stream&& o) noexcept : m_ctx(o.m_ctx), m_fd(std::exchange(o.m_fd, -1)) {}
+  tcp_stream& operator=(tcp_stream&& o) noexcept;
+  ~tcp_stream() { close(); }
+
+  /// Connects to `to`: `std::error_code ec = co_await s.connect(ep)`. Errors:
+  /// connection_refused, invalid_argument (empty endpoint or port 0), already_connected
+  /// (the stream has a socket), timed_out under with_timeout.
+  detail::connect_awaitable connect(const endpoint& to);
+  /// Same, parsing a numeric address first; a bad address yields invalid_argument.
+  detail::connect_awaitable connect(std::string_view address, std::uint16_t port);
+
+  /// Receives up to `len` bytes: {ec, n}; ec is error::eof when the peer closed its end,
+  /// connection_reset when it reset the connection.
+  detail::transfer_awaitable read_some(void* buf, std::size_t len) noexcept {
+    return {*m_ctx, detail::op_kind::recv, m_fd, buf, len};
+  }
+  /// Sends up to `len` bytes (one send; never raises SIGPIPE): {ec, n}.
+  detail::transfer_awaitable write_some(const void* buf, std::size_t len) noexcept {
+    return {*m_ctx, detail::op_kind::send, m_fd, const_cast<void*>(buf), len};
+  }
+  /// Sends all `len` bytes (as many sends as it takes): {ec, bytes sent}.
+  detail::write_all_awaitable write_all(const void* buf, std::size_t len) noexcept {
+    return {*m_ctx, m_fd, buf, len};
+  }
+
+  /// shutdown(2): SHUT_RD, SHUT_WR or SHUT_RDWR. Synchronous.
+  std::error_code shutdown(int how = SHUT_RDWR) noexcept;
+  /// Cancels the operations in flight on this socket (they end with
+  /// std::errc::operation_canceled). Thread-safe; asynchronous (handed to the loop).
+  void cancel();
+  /// Closes the socket. Reads still in flight end (with eof): the socket is shut down
+  /// first. Idempotent. Synchronous.
+  void close() noexcept;
+  /// Sets TCP_NODELAY.
+  std::error_code set_no_delay(bool on) noexcept;
+
+  bool is_open() const noexcept { return m_fd >= 0; }
+  int native_handle() const noexcept { return m_fd; }
+  uring_context& context() const noexcept { return *m_ctx; }
+  /// Not API: takes the socket made by connect().
+  void adopt(int fd) noexcept { m_fd = fd; }
+
+ private:
+  uring_context* m_ctx;
+  int m_fd = -1;
+};
+
+/// What tcp_listener::accept() yields: `auto [ec, stream] = co_await listener.accept()`.
+struct accept_result {
+  std::error_code ec;
+  tcp_stream stream;
+};
+
+namespace detail {
+class accept_awaitable : public uring_awaitable {
+ public:
+  accept_awaitable(uring_context& ctx, listener_state* st) noexcept;
+  accept_result await_resume() const noexcept;
+};
+}  // namespace detail
+
+/// A listening TCP socket of a uring_context. Accepts with one multishot accept where
+/// the kernel has it (one SQE serves every connection; connections that arrive with
+/// nobody waiting are queued), else one accept per call. Move-only; closes on
+/// destruction. accept() may be awaited from several tasks at once, on any threads;
+/// listen() and close() must not race with other member calls (calling accept() counts;
+/// an accept already pending does not). The context must outlive it.
+class tcp_listener {
+ public:
+  explicit tcp_listener(uring_context& ctx) noexcept : m_ctx(&ctx) {}
+  tcp_listener(tcp_listener&& o) noexcept : m_ctx(o.m_ctx), m_state(std::exchange(o.m_state, nullptr)) {}
+  tcp_listener& operator=(tcp_listener&&) = delete;
+  ~tcp_listener() { close(); }
+
+  /// Binds to `at` (SO_REUSEADDR; port 0 picks a free port) and listens. Errors:
+  /// address_in_use, invalid_argument (empty endpoint), already_connected (listening).
+  std::error_code listen(const endpoint& at, int backlog = SOMAXCONN) noexcept;
+  /// The bound address (its real port after listening on port 0).
+  endpoint local_endpoint() const noexcept;
+  /// Waits for the next connection: {ec, stream}. A pending accept ends with
+  /// operation_canceled when the listener is closed; accept() before listen() or after
+  /// close() yields bad_file_descriptor.
+  detail::accept_awaitable accept() noexcept { return {*m_ctx, m_state}; }
+  /// Stops listening: pending accepts end with operation_canceled, queued connections
+  /// are closed, the socket is closed once the loop let go of it. Idempotent.
+  void close() noexcept;
+
+ private:
+  uring_context* m_ctx;
+  detail::listener_state* m_state = nullptr;
+};
+
+/// Runs a ring operation (read_some, write_some, connect) for at most `d`: then it is
+/// cancelled and yields error::timed_out (== std::errc::timed_out). Uses an io_uring
+/// linked timeout: no extra thread, no extra submission.
+template <class Awaitable, class Rep, class Period>
+  requires std::remove_cvref_t<Awaitable>::k_linked_timeout_ok
+std::remove_cvref_t<Awaitable> with_timeout(Awaitable&& a, std::chrono::duration<Rep, Period> d) {
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
+  detail::uring_op& op = a.op();
+  op.m_link_timeout = true;
+  op.m_ts[0] = ns <= 0 ? 0 : ns / 1'000'000'000;
+  op.m_ts[1] = ns <= 0 ? 1 : ns % 1'000'000'000;
+  return std::move(a);
+}
+
+namespace detail {
+
+/// The non-template half of with_cancel over a ring operation (io/src/tcp.cpp). While
+/// the source listens, the registration counts as one more completion of the operation
+/// (uring_op::m_pending), so the task resumes only after a cancellation handed to the
+/// loop has run there: the operation's memory is never reached through a stale request.
+class uring_cancel {
+ public:
+  explicit uring_cancel(cancel_source source) noexcept : m_source(std::move(source)) {}
+  /// From await_suspend, after the waiter was captured.
+  void start(uring_context& ctx, uring_op& op);
+
+ private:
+  static void begin(void* self);                                // loop thread
+  static void on_cancel(cancel_registration* r) noexcept;       // any thread, under the source's lock
+  static void cancel_now(void* self);                           // loop thread
+  static bool on_cqe(uring_op& op, int res, unsigned flags);    // loop thread
+
+  cancel_source m_source;
+  cancel_registration m_reg;
+  uring_context* m_ctx = nullptr;
+  uring_op* m_op = nullptr;
+  bool m_registered = false;
+  bool m_main_done = false;
+};
+
+/// The awaitable of with_cancel over a ring operation.
+template <class Awaitable>
+class [[nodiscard]] uring_cancel_op {
+ public:
+  uring_cancel_op(Awaitable a, cancel_source s) : m_a(std::move(a)), m_cancel(std::move(s)) {}
+  bool await_ready() const noexcept { return false; }
+  void await_suspend(std::coroutine_handle<> h) {
+    m_a.op().m_waiter.capture(h);
+    m_cancel.start(m_a.context(), m_a.op());
+  }
+  decltype(auto) await_resume() { return m_a.await_resume(); }
+
+ private:
+  Awaitable m_a;
+  uring_cancel m_cancel;
+};
+
+}  // namespace detail
+
+/// Runs a ring operation (read_some, write_some, sleep_for/sleep_until, also one under
+/// with_timeout) until it completes or `source` requests cancellation (from any thread,
+/// also before it starts); a cancelled operation yields std::errc::operation_canceled.
+/// Cancellation is best effort: an operation the kernel already finished keeps its result.
+template <class Awaitable>
+  requires std::remove_cvref_t<Awaitable>::k_cancel_ok
+detail::uring_cancel_op<std::remove_cvref_t<Awaitable>> with_cancel(Awaitable&& a, const cancel_source& source) {
+  return {std::move(a), source};
+}
+
+}  // namespace weft::io

@@ -1,0 +1,142 @@
+// weft/io/uring_context.hpp: a native io_uring run loop (liburing), one thread, as a
+// weft executor. Sockets: weft/io/tcp.hpp; timers: weft/io/sleep.hpp.
+//
+// Loop protocol (io/src/uring_context.cpp has the details): each turn the loop thread
+//   1. takes the calls queued by other threads (operations they start, cancels,
+//      closes, tasks they schedule) under one mutex;
+//   2. runs up to 64 ready tasks, highest priority first;
+//   3. submits every SQE prepared since the last turn and, when no task is ready, waits
+//      for one completion: one io_uring_enter per turn, however many operations;
+//   4. reaps the completions in a batch and resumes their tasks: inline when the task
+//      awaited from this context, else queued on the executor it awaited from.
+// Other threads wake a waiting loop through an eventfd the ring keeps a read on.
+#pragma once
+
+#include <coroutine>
+#include <cstdint>
+#include <memory>
+#include <system_error>
+
+#include "weft/executor.hpp"
+#include "weft/io/detail/waiter.hpp"
+
+namespace weft::io {
+
+/// Options of a uring_context: `weft::io::uring_context io{{.entries = 1024}};`
+struct uring_options {
+  unsigned entries = 2048;  ///< submission queue entries (the completion queue has twice as many)
+  unsigned priorities = 4;  ///< priority levels of its task queue, 1..16; 0 is highest
+};
+
+/// Thrown by uring_context's constructor when io_uring cannot be used here. code() is
+/// the cause from io_uring_setup: ENOSYS (kernel without io_uring), EPERM or EACCES
+/// (blocked by seccomp, a container policy or sysctl kernel.io_uring_disabled), ENOMEM
+/// (locked-memory limit); what() names it in words.
+class uring_unavailable : public std::system_error {
+ public:
+  using std::system_error::system_error;
+};
+
+namespace detail {
+
+/// What an operation asks the ring to do (prepared on the loop thread).
+enum class op_kind : std::uint8_t {
+  custom,   // m_start runs on the loop thread instead of preparing an SQE
+  recv,
+  send,
+  connect,
+  timeout,  // sleep: m_ts relative, or absolute on CLOCK_MONOTONIC when m_abs
+};
+
+/// One operation in flight. Lives in the awaiting coroutine's frame until its task is
+/// resumed. Its fields are written by the awaiting thread before submission and by
+/// the loop thread afterwards; the submission hand-off orders the two.
+struct uring_op {
+  op_kind m_kind = op_kind::custom;
+  bool m_abs = false;           // timeout: m_ts is absolute
+  bool m_link_timeout = false;  // with_timeout: a linked timeout of m_ts follows the SQE
+  bool m_timed_out = false;     // the linked timeout fired
+  std::uint8_t m_pending = 0;   // completions still to come before the task resumes
+  int m_fd = -1;
+  void* m_buf = nullptr;
+  std::uint32_t m_len = 0;
+  int m_res = 0;                // the result: bytes, fd, or -errno
+  std::int64_t m_ts[2] = {0, 0};  // seconds, nanoseconds (a __kernel_timespec)
+  /// custom: runs on the loop thread; true when the operation completed right there
+  /// (m_res set), false when it will complete later through complete().
+  bool (*m_start)(uring_op&) = nullptr;
+  /// Optional: sees each CQE first; returns false when the operation goes on (resubmitted).
+  bool (*m_on_cqe)(uring_op&, int res, unsigned flags) = nullptr;
+  void* m_arg = nullptr;        // for m_start / m_on_cqe
+  waiter m_waiter;
+};
+
+class uring_impl;
+
+}  // namespace detail
+
+/// A weft executor running an io_uring loop on one thread it starts. Tasks scheduled
+/// on it run on that thread between completions, highest priority first. Operations
+/// (tcp_stream, tcp_listener, sleep_for) may be awaited from any thread: a task on
+/// this context starts them directly, a task elsewhere (a thread_pool worker) hands
+/// them to the loop; either way the task resumes on the executor it awaited from.
+///
+/// Destruction: refuses new work from other threads (shutdown_error), runs the tasks
+/// already queued, then stops the loop and joins the thread. Operations still in
+/// flight are abandoned (their tasks never resume): finish them, and destroy every
+/// socket of this context, first. Destroying it from its own thread aborts.
+/// Thread-safe.
+class uring_context final : public executor {
+ public:
+  /// Sets up the ring and starts the loop thread. Throws uring_unavailable when
+  /// io_uring cannot be used (see there), std::invalid_argument for bad options,
+  /// std::system_error if the thread or the eventfd cannot be made.
+  explicit uring_context(uring_options options = {});
+  ~uring_context() override;
+  uring_context(const uring_context&) = delete;
+  uring_context& operator=(const uring_context&) = delete;
+
+  void schedule(std::coroutine_handle<> h, unsigned prio) override;
+  unsigned priorities() const noexcept override;
+  bool owns_current_thread() const noexcept override;
+
+  /// True when this kernel supports multishot accept (one SQE, many connections).
+  bool has_multishot_accept() const noexcept;
+
+  /// Not API: starts `op`. On the loop thread it is prepared at once and may complete
+  /// right there (custom ops): then false is returned and the caller must not suspend.
+  /// From another thread it is handed to the loop and true is returned.
+  bool submit(detail::uring_op& op);
+  /// Not API: runs fn(arg) on the loop thread (now, when called there). Thread-safe.
+  void invoke(void (*fn)(void*), void* arg);
+  /// Not API: the loop's state (io/src); its post_call is thread-safe, the rest is for the loop thread.
+  detail::uring_impl& impl() noexcept { return *m_impl; }
+
+ private:
+  std::unique_ptr<detail::uring_impl> m_impl;
+};
+
+namespace detail {
+
+/// The common awaitable of a ring operation: submit on suspend, result on resume.
+class uring_awaitable {
+ public:
+  explicit uring_awaitable(uring_context& ctx) noexcept : m_ctx(&ctx) {}
+  bool await_ready() const noexcept { return false; }
+  bool await_suspend(std::coroutine_handle<> h) {
+    m_op.m_waiter.capture(h);
+    return m_ctx->submit(m_op);
+  }
+  /// Not API: the operation (with_timeout sets its linked timeout).
+  uring_op& op() noexcept { return m_op; }
+  /// Not API: the context the operation runs on.
+  uring_context& context() const noexcept { return *m_ctx; }
+
+ protected:
+  uring_context* m_ctx;
+  uring_op m_op;
+};
+
+}  // namespace detail
+
+}  // namespace weft::io

@@ -1,0 +1,150 @@
+// weft/io/use_task.hpp: the completion token that makes any Asio operation awaitable
+// from a weft task.
+//
+//   auto [ec, n] = co_await sock.async_read_some(asio::buffer(buf), weft::io::use_task);
+//   auto ec = co_await timer.async_wait(weft::io::use_task);
+//
+// The operation is lazy: nothing starts until it is awaited. Its completion values
+// become the result of the co_await: none -> void, one -> that value, several ->
+// std::tuple of them (so structured bindings work). The task resumes on the executor
+// it awaited from, at its priority: inline, with no post, when the completion runs on
+// that executor's own thread (a task on an asio_executor awaiting that executor's
+// sockets), else queued there.
+#pragma once
+
+#include <coroutine>
+#include <optional>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#include <asio/async_result.hpp>
+#include <asio/cancellation_signal.hpp>
+
+#include "weft/io/detail/waiter.hpp"
+
+namespace weft::io {
+
+/// The completion token: pass it where Asio takes a handler. Stateless; thread-safe.
+struct use_task_t {
+  constexpr use_task_t() noexcept = default;
+};
+
+/// `weft::io::use_task`: see use_task_t.
+inline constexpr use_task_t use_task{};
+
+namespace detail {
+
+/// What co_await yields for the completion signature void(Args...).
+template <class... Args>
+struct op_result {
+  using type = std::tuple<Args...>;
+  static type take(std::tuple<Args...>&& v) { return std::move(v); }
+};
+template <>
+struct op_result<> {
+  using type = void;
+  static void take(std::tuple<>&&) noexcept {}
+};
+template <class A>
+struct op_result<A> {
+  using type = A;
+  static A take(std::tuple<A>&& v) { return std::move(std::get<0>(v)); }
+};
+
+/// The Asio handler of a weft operation: forwards the completion values to a sink (the
+/// awaiting operation object) and exposes the sink's cancellation slot to Asio.
+template <class Sink, class... Args>
+class sink_handler {
+ public:
+  explicit sink_handler(Sink& sink) noexcept : m_sink(&sink) {}
+  using cancellation_slot_type = asio::cancellation_slot;
+  cancellation_slot_type get_cancellation_slot() const noexcept { return m_sink->cancellation_slot(); }
+  void operator()(Args... args) { m_sink->complete(std::move(args)...); }
+
+ private:
+  Sink* m_sink;
+};
+
+template <class T>
+struct is_async_op : std::false_type {};
+
+/// Names async_result's return_type, which Asio 1.22's token adapters
+/// (bind_cancellation_slot, ...) declare a member with; the real result of an operation
+/// is the async_op that initiate() returns. Never instantiated.
+struct lazy_operation;
+
+}  // namespace detail
+
+/// The awaitable an Asio operation returns for use_task: the operation's initiation and
+/// its arguments, started when awaited. Awaited once; not thread-safe (one owner).
+template <class Initiation, class InitArgs, class... Args>
+class [[nodiscard]] async_op {
+ public:
+  using result_type = typename detail::op_result<Args...>::type;
+  using values_type = std::tuple<Args...>;
+
+  async_op(Initiation init, InitArgs args) : m_init(std::move(init)), m_args(std::move(args)) {}
+
+  bool await_ready() const noexcept { return false; }
+  void await_suspend(std::coroutine_handle<> h) {
+    m_waiter.capture(h);
+    start(*this);  // `this` may be gone once the completion ran on the I/O thread
+  }
+  result_type await_resume() { return detail::op_result<Args...>::take(std::move(*m_values)); }
+
+  /// Not API: starts the operation with a handler that completes into `sink`. The
+  /// initiation and its arguments move to this stack frame first, so that the
+  /// operation object is never touched after the initiation handed the handler on.
+  template <class Sink>
+  void start(Sink& sink) {
+    Initiation init = std::move(m_init);
+    InitArgs args = std::move(m_args);
+    std::apply([&](auto&... a) { std::move(init)(detail::sink_handler<Sink, Args...>(sink), std::move(a)...); },
+               args);
+  }
+  /// Not API: the I/O executor of the operation's object (for timers and cancellation).
+  auto io_executor() const { return m_init.get_executor(); }
+
+  /// Not API: sink protocol.
+  asio::cancellation_slot cancellation_slot() const noexcept { return {}; }
+  void complete(Args... args) {
+    m_values.emplace(std::move(args)...);
+    m_waiter.resume();
+  }
+
+ private:
+  Initiation m_init;
+  InitArgs m_args;
+  detail::waiter m_waiter;
+  std::optional<values_type> m_values;
+};
+
+namespace detail {
+template <class Initiation, class InitArgs, class... Args>
+struct is_async_op<async_op<Initiation, InitArgs, Args...>> : std::true_type {};
+}  // namespace detail
+
+/// True for what `asio_operation(..., use_task)` returns.
+template <class T>
+concept asio_operation = detail::is_async_op<std::remove_cvref_t<T>>::value;
+
+}  // namespace weft::io
+
+namespace asio {
+
+/// use_task for the completion signature void(Args...): returns a lazy weft::io::async_op.
+template <class... Args>
+class async_result<weft::io::use_task_t, void(Args...)> {
+ public:
+  using return_type = weft::io::detail::lazy_operation;
+
+  template <class Initiation, class... InitArgs>
+  static auto initiate(Initiation&& init, weft::io::use_task_t, InitArgs&&... args) {
+    using op = weft::io::async_op<std::decay_t<Initiation>, std::tuple<std::decay_t<InitArgs>...>,
+                                  std::decay_t<Args>...>;
+    return op(std::forward<Initiation>(init), std::tuple<std::decay_t<InitArgs>...>(std::forward<InitArgs>(args)...));
+  }
+};
+
+}  // namespace asio

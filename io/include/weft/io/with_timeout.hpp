@@ -1,0 +1,190 @@
+// weft/io/with_timeout.hpp: time limits and cancellation for Asio operations awaited
+// with use_task.
+//
+//   auto [ec, n] = co_await weft::io::with_timeout(sock.async_read_some(buf, weft::io::use_task), 50ms);
+//   if (ec == std::errc::timed_out) ...
+//
+//   weft::io::cancel_source stop;   // stop.request_cancel() from any thread
+//   auto [ec, n] = co_await weft::io::with_cancel(sock.async_read_some(buf, weft::io::use_task), stop);
+//
+// Both run the operation with an Asio cancellation slot of their own and emit terminal
+// cancellation into it, always on the operation's I/O thread (Asio's cancellation is
+// single-threaded). The task resumes once the operation completed (and, for
+// with_timeout, once its timer's handler ran too), on the executor it awaited from.
+#pragma once
+
+#include <chrono>
+#include <coroutine>
+#include <optional>
+#include <system_error>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#include <asio/cancellation_signal.hpp>
+#include <asio/dispatch.hpp>
+#include <asio/error.hpp>
+#include <asio/post.hpp>
+#include <asio/steady_timer.hpp>
+
+#include "weft/io/cancel.hpp"
+#include "weft/io/error.hpp"
+#include "weft/io/use_task.hpp"
+
+namespace weft::io {
+
+namespace detail {
+
+template <class Op>
+struct op_traits;
+template <class Initiation, class InitArgs, class... Args>
+struct op_traits<async_op<Initiation, InitArgs, Args...>> {
+  using values_type = std::tuple<Args...>;
+  using result_type = typename op_result<Args...>::type;
+  static constexpr bool k_has_error_code =
+      sizeof...(Args) >= 1 && std::is_same_v<std::tuple_element_t<0, std::tuple<Args..., void>>, std::error_code>;
+  static result_type take(values_type&& v) { return op_result<Args...>::take(std::move(v)); }
+};
+
+}  // namespace detail
+
+/// The awaitable of with_timeout(op, d). Awaited once; not thread-safe (one owner).
+template <class Op, class Duration>
+class [[nodiscard]] timeout_op {
+  using traits = detail::op_traits<Op>;
+
+ public:
+  timeout_op(Op op, Duration d) : m_op(std::move(op)), m_duration(d) {}
+
+  bool await_ready() const noexcept { return false; }
+  void await_suspend(std::coroutine_handle<> h) {
+    m_waiter.capture(h);
+    asio::dispatch(m_op.io_executor(), [this] { begin(); });  // inline when on the I/O thread
+  }
+  typename traits::result_type await_resume() {
+    auto& ec = std::get<0>(*m_values);
+    if (m_fired && ec == asio::error::operation_aborted) ec = make_error_code(error::timed_out);
+    return traits::take(std::move(*m_values));
+  }
+
+  /// Not API: sink protocol (on the I/O thread).
+  asio::cancellation_slot cancellation_slot() noexcept { return m_signal.slot(); }
+  template <class... Args>
+  void complete(Args... args) {
+    m_values.emplace(std::move(args)...);
+    m_timer->cancel();
+    done_one();
+  }
+
+ private:
+  void begin() {
+    m_pending = 2;
+    m_timer.emplace(m_op.io_executor(), m_duration);
+    m_timer->async_wait([this](const std::error_code& ec) {
+      if (!ec && !m_values) {
+        m_fired = true;
+        m_signal.emit(asio::cancellation_type::terminal);
+      }
+      done_one();
+    });
+    m_op.start(*this);
+  }
+  void done_one() {
+    if (--m_pending == 0) m_waiter.resume();
+  }
+
+  Op m_op;
+  Duration m_duration;
+  detail::waiter m_waiter;
+  std::optional<typename traits::values_type> m_values;
+  std::optional<asio::steady_timer> m_timer;
+  asio::cancellation_signal m_signal;
+  int m_pending = 0;
+  bool m_fired = false;
+};
+
+/// Runs `op` (an Asio operation with use_task whose first completion value is an
+/// error_code) for at most `d`: when the time runs out the operation is cancelled and
+/// its error_code is weft::io::error::timed_out (== std::errc::timed_out). The
+/// operation's object must provide its executor (sockets, acceptors, timers, resolvers
+/// and Asio's composed operations on them do).
+template <asio_operation Op, class Rep, class Period>
+auto with_timeout(Op&& op, std::chrono::duration<Rep, Period> d) {
+  using op_t = std::remove_cvref_t<Op>;
+  static_assert(detail::op_traits<op_t>::k_has_error_code,
+                "weft::io::with_timeout: the operation's first completion value must be a std::error_code");
+  const auto steady = std::chrono::duration_cast<std::chrono::steady_clock::duration>(d);
+  return timeout_op<op_t, std::chrono::steady_clock::duration>(std::forward<Op>(op), steady);
+}
+
+/// The awaitable of with_cancel(op, source). Awaited once; not thread-safe (one owner).
+template <class Op>
+class [[nodiscard]] cancel_op {
+  using traits = detail::op_traits<Op>;
+
+ public:
+  cancel_op(Op op, cancel_source source) : m_op(std::move(op)), m_source(std::move(source)) {
+    m_reg.m_fn = &on_cancel;
+  }
+
+  bool await_ready() const noexcept { return false; }
+  void await_suspend(std::coroutine_handle<> h) {
+    m_waiter.capture(h);
+    m_reg.m_owner = this;
+    asio::dispatch(m_op.io_executor(), [this] { begin(); });
+  }
+  typename traits::result_type await_resume() { return traits::take(std::move(*m_values)); }
+
+  /// Not API: sink protocol (on the I/O thread).
+  asio::cancellation_slot cancellation_slot() noexcept { return m_signal.slot(); }
+  template <class... Args>
+  void complete(Args... args) {
+    m_values.emplace(std::move(args)...);
+    // A request posted to the I/O thread still has to run before this object may go.
+    const bool posted = m_source.remove(m_reg) && m_listening;
+    if (!posted || m_emit_ran) m_waiter.resume();
+  }
+
+ private:
+  void begin() {
+    m_op.start(*this);
+    if (m_source.add(m_reg)) {
+      m_listening = true;
+    } else {
+      m_signal.emit(asio::cancellation_type::terminal);  // cancelled before it started
+    }
+  }
+  // Under the source's lock, on the cancelling thread: hand the request to the I/O thread.
+  static void on_cancel(detail::cancel_registration* r) noexcept {
+    auto* self = static_cast<cancel_op*>(r->m_owner);
+    asio::post(self->m_op.io_executor(), [self] { self->emit(); });
+  }
+  void emit() {  // on the I/O thread
+    m_emit_ran = true;
+    if (m_values) {
+      m_waiter.resume();  // completed meanwhile and waited for this
+    } else {
+      m_signal.emit(asio::cancellation_type::terminal);
+    }
+  }
+
+  detail::cancel_registration m_reg;
+  Op m_op;
+  cancel_source m_source;
+  detail::waiter m_waiter;
+  std::optional<typename traits::values_type> m_values;
+  asio::cancellation_signal m_signal;
+  bool m_listening = false;
+  bool m_emit_ran = false;
+};
+
+/// Runs `op` (an Asio operation with use_task) until it completes or `source` requests
+/// cancellation, whichever comes first; a cancelled operation completes with
+/// asio::error::operation_aborted (ECANCELED in Asio's category). `source` may be
+/// cancelled from any thread, also before the operation starts.
+template <asio_operation Op>
+auto with_cancel(Op&& op, const cancel_source& source) {
+  return cancel_op<std::remove_cvref_t<Op>>(std::forward<Op>(op), source);
+}
+
+}  // namespace weft::io

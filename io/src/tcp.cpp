@@ -1,0 +1,459 @@
+// io/src/tcp.cpp: endpoint, tcp_stream, tcp_listener and sleep over the io_uring loop.
+//
+// The listener's accepts: one accept SQE (multishot where the kernel has it) stays in
+// flight while somebody waits; its connections go to the waiting accept() calls in
+// FIFO order, or into m_ready when nobody waits. All of listener_state is touched on
+// the loop thread only (accept() from other threads is handed to the loop). close()
+// cancels the SQE; the state is freed by the accept's last CQE (the one without
+// IORING_CQE_F_MORE), so the kernel never writes into freed memory.
+#include "weft/io/tcp.hpp"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <vector>
+
+#include "uring_impl.hpp"
+#include "weft/io/sleep.hpp"
+
+namespace weft::io {
+
+// ---- endpoint -------------------------------------------------------------------------------
+
+endpoint endpoint::loopback(std::uint16_t port) noexcept {
+  endpoint e;
+  auto* in = reinterpret_cast<sockaddr_in*>(&e.m_addr);
+  in->sin_family = AF_INET;
+  in->sin_port = htons(port);
+  in->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  e.m_len = sizeof(sockaddr_in);
+  return e;
+}
+
+endpoint endpoint::parse(std::string_view address, std::uint16_t port, std::error_code& ec) {
+  ec.clear();
+  endpoint e;
+  char text[INET6_ADDRSTRLEN + 1];
+  if (address.empty() || address.size() >= sizeof text) {
+    ec = std::make_error_code(std::errc::invalid_argument);
+    return {};
+  }
+  std::memcpy(text, address.data(), address.size());
+  text[address.size()] = '\0';
+  auto* in = reinterpret_cast<sockaddr_in*>(&e.m_addr);
+  auto* in6 = reinterpret_cast<sockaddr_in6*>(&e.m_addr);
+  if (::inet_pton(AF_INET, text, &in->sin_addr) == 1) {
+    in->sin_family = AF_INET;
+    in->sin_port = htons(port);
+    e.m_len = sizeof(sockaddr_in);
+  } else if (::inet_pton(AF_INET6, text, &in6->sin6_addr) == 1) {
+    in6->sin6_family = AF_INET6;
+    in6->sin6_port = htons(port);
+    e.m_len = sizeof(sockaddr_in6);
+  } else {
+    ec = std::make_error_code(std::errc::invalid_argument);
+    return {};
+  }
+  return e;
+}
+
+std::uint16_t endpoint::port() const noexcept {
+  if (m_addr.ss_family == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in*>(&m_addr)->sin_port);
+  if (m_addr.ss_family == AF_INET6) return ntohs(reinterpret_cast<const sockaddr_in6*>(&m_addr)->sin6_port);
+  return 0;
+}
+
+std::string endpoint::to_string() const {
+  char text[INET6_ADDRSTRLEN] = {};
+  if (m_addr.ss_family == AF_INET) {
+    ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&m_addr)->sin_addr, text, sizeof text);
+    return std::string(text) + ":" + std::to_string(port());
+  }
+  if (m_addr.ss_family == AF_INET6) {
+    ::inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&m_addr)->sin6_addr, text, sizeof text);
+    return "[" + std::string(text) + "]:" + std::to_string(port());
+  }
+  return "(empty endpoint)";
+}
+
+namespace detail {
+
+namespace {
+
+std::error_code errno_code(int err) noexcept { return {err, std::system_category()}; }
+
+std::error_code failure(const uring_op& op) noexcept {
+  if (op.m_res == -ECANCELED && op.m_timed_out) return make_error_code(error::timed_out);
+  return errno_code(-op.m_res);
+}
+
+std::uint32_t clamp_len(std::size_t len) noexcept {
+  return static_cast<std::uint32_t>(std::min<std::size_t>(len, std::size_t{1} << 30));
+}
+
+}  // namespace
+
+io_result byte_result(const uring_op& op, bool zero_is_eof) noexcept {
+  if (op.m_res < 0) return {failure(op), 0};
+  if (op.m_res == 0 && zero_is_eof) return {make_error_code(error::eof), 0};
+  return {{}, static_cast<std::size_t>(op.m_res)};
+}
+
+std::error_code status_result(const uring_op& op) noexcept {
+  if (op.m_res < 0) return failure(op);
+  return {};
+}
+
+// ---- read_some / write_some / write_all --------------------------------------------------
+
+transfer_awaitable::transfer_awaitable(uring_context& ctx, op_kind kind, int fd, void* buf, std::size_t len) noexcept
+    : uring_awaitable(ctx) {
+  m_op.m_kind = kind;
+  m_op.m_fd = fd;
+  m_op.m_buf = buf;
+  m_op.m_len = clamp_len(len);
+}
+
+write_all_awaitable::write_all_awaitable(uring_context& ctx, int fd, const void* buf, std::size_t len) noexcept
+    : uring_awaitable(ctx), m_total(len) {
+  m_op.m_kind = op_kind::send;
+  m_op.m_fd = fd;
+  m_op.m_buf = const_cast<void*>(buf);
+  m_op.m_len = clamp_len(len);
+  m_op.m_on_cqe = &on_cqe;
+}
+
+bool write_all_awaitable::await_suspend(std::coroutine_handle<> h) {
+  m_op.m_arg = this;
+  return uring_awaitable::await_suspend(h);
+}
+
+bool write_all_awaitable::on_cqe(uring_op& op, int res, unsigned) {
+  auto* self = static_cast<write_all_awaitable*>(op.m_arg);
+  if (res <= 0) return true;
+  self->m_done += static_cast<std::size_t>(res);
+  if (self->m_done >= self->m_total) return true;
+  op.m_buf = static_cast<char*>(op.m_buf) + res;
+  op.m_len = clamp_len(self->m_total - self->m_done);
+  uring_impl::current()->prepare(op);  // on the loop thread: send the rest
+  return false;
+}
+
+io_result write_all_awaitable::await_resume() const noexcept {
+  if (m_op.m_res < 0) return {failure(m_op), m_done};
+  if (m_op.m_res == 0 && m_done < m_total) return {errno_code(EPIPE), m_done};
+  return {{}, m_done};
+}
+
+// ---- connect ------------------------------------------------------------------------------
+
+connect_awaitable::connect_awaitable(uring_context& ctx, tcp_stream& stream, const endpoint& to,
+                                     std::error_code early) noexcept
+    : uring_awaitable(ctx), m_stream(&stream), m_to(to), m_early(early) {
+  if (m_early) return;
+  if (m_to.empty() || m_to.port() == 0) {
+    m_early = std::make_error_code(std::errc::invalid_argument);
+  } else if (stream.is_open()) {
+    m_early = std::make_error_code(std::errc::already_connected);
+  }
+}
+
+bool connect_awaitable::await_suspend(std::coroutine_handle<> h) {
+  const int fd = ::socket(m_to.data()->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    m_early = errno_code(errno);
+    return false;
+  }
+  m_stream->adopt(fd);
+  m_op.m_kind = op_kind::connect;
+  m_op.m_fd = fd;
+  m_op.m_buf = m_to.data();
+  m_op.m_len = m_to.size();
+  return uring_awaitable::await_suspend(h);
+}
+
+std::error_code connect_awaitable::await_resume() const noexcept {
+  if (m_early) return m_early;
+  std::error_code ec = status_result(m_op);
+  if (ec) m_stream->close();  // the stream can try again
+  return ec;
+}
+
+// ---- sleep --------------------------------------------------------------------------------
+
+sleep_awaitable::sleep_awaitable(uring_context& ctx, std::int64_t ns, bool absolute) noexcept
+    : uring_awaitable(ctx) {
+  m_op.m_kind = op_kind::timeout;
+  m_op.m_abs = absolute;
+  m_op.m_ts[0] = ns / 1'000'000'000;
+  m_op.m_ts[1] = ns % 1'000'000'000;
+}
+
+std::error_code sleep_awaitable::await_resume() const noexcept {
+  if (m_op.m_res == -ETIME || m_op.m_res >= 0) return {};
+  return errno_code(-m_op.m_res);
+}
+
+// ---- listener -----------------------------------------------------------------------------
+
+struct listener_state {
+  uring_context* m_ctx = nullptr;
+  int m_fd = -1;
+  uring_op m_accept;  // the accept SQE in flight (multishot where the kernel has it)
+  bool m_armed = false;
+  bool m_closing = false;
+  std::deque<int> m_ready;          // accepted connections nobody waited for yet
+  std::deque<uring_op*> m_waiters;  // accept() calls waiting, FIFO
+};
+
+namespace {
+
+bool on_accept_cqe(uring_op& op, int res, unsigned flags);
+
+void arm(listener_state& st) {
+  uring_impl& loop = *uring_impl::current();
+  io_uring_sqe* s = loop.sqe();
+  if (loop.m_multishot_accept) {
+    io_uring_prep_multishot_accept(s, st.m_fd, nullptr, nullptr, SOCK_CLOEXEC);
+  } else {
+    io_uring_prep_accept(s, st.m_fd, nullptr, nullptr, SOCK_CLOEXEC);
+  }
+  st.m_accept.m_kind = op_kind::custom;
+  st.m_accept.m_on_cqe = &on_accept_cqe;
+  st.m_accept.m_arg = &st;
+  io_uring_sqe_set_data64(s, reinterpret_cast<std::uintptr_t>(&st.m_accept));
+  st.m_armed = true;
+}
+
+void finalize(listener_state* st) {
+  for (int fd : st->m_ready) ::close(fd);
+  ::close(st->m_fd);
+  delete st;
+}
+
+// Every CQE of the accept SQE. Never "finishes" the op: the waiters are resumed here,
+// after the state is updated, and last (a resumed task may close the listener).
+bool on_accept_cqe(uring_op& op, int res, unsigned flags) {
+  auto* st = static_cast<listener_state*>(op.m_arg);
+  const bool more = (flags & IORING_CQE_F_MORE) != 0;
+  uring_op* wake = nullptr;
+  if (res >= 0) {
+    if (st->m_closing) {
+      ::close(res);
+    } else if (!st->m_waiters.empty()) {
+      wake = st->m_waiters.front();
+      st->m_waiters.pop_front();
+      wake->m_res = res;
+    } else {
+      st->m_ready.push_back(res);
+    }
+  } else if (!st->m_closing && !st->m_waiters.empty()) {
+    wake = st->m_waiters.front();  // e.g. EMFILE: that accept() reports it
+    st->m_waiters.pop_front();
+    wake->m_res = res;
+  }
+  if (!more) {
+    st->m_armed = false;
+    if (st->m_closing) {
+      --uring_impl::current()->m_lingering;
+      finalize(st);
+    } else if (!st->m_waiters.empty()) {
+      arm(*st);
+    }
+  }
+  if (wake != nullptr) wake->m_waiter.resume();
+  return false;
+}
+
+bool start_accept(uring_op& op) {
+  auto* st = static_cast<listener_state*>(op.m_arg);
+  if (st == nullptr) {
+    op.m_res = -EBADF;
+    return true;
+  }
+  if (!st->m_ready.empty()) {
+    op.m_res = st->m_ready.front();
+    st->m_ready.pop_front();
+    return true;
+  }
+  st->m_waiters.push_back(&op);
+  if (!st->m_armed) arm(*st);
+  return false;
+}
+
+void close_listener(void* p) {
+  auto* st = static_cast<listener_state*>(p);
+  st->m_closing = true;
+  std::vector<uring_op*> failed(st->m_waiters.begin(), st->m_waiters.end());
+  st->m_waiters.clear();
+  if (st->m_armed) {
+    uring_impl& loop = *uring_impl::current();
+    io_uring_sqe* s = loop.sqe();
+    io_uring_prep_cancel64(s, reinterpret_cast<std::uintptr_t>(&st->m_accept), 0);
+    io_uring_sqe_set_data64(s, k_ignore_data);
+    ++loop.m_lingering;  // freed by the accept's last CQE (on_accept_cqe); the loop waits for it
+  } else {
+    finalize(st);
+  }
+  for (uring_op* w : failed) {
+    w->m_res = -ECANCELED;
+    w->m_waiter.resume();
+  }
+}
+
+void cancel_fd_call(void* p) { uring_impl::current()->cancel_fd(static_cast<int>(reinterpret_cast<std::intptr_t>(p))); }
+
+}  // namespace
+
+// ---- with_cancel ----------------------------------------------------------------------------
+
+void uring_cancel::start(uring_context& ctx, uring_op& op) {
+  m_ctx = &ctx;
+  m_op = &op;
+  m_reg.m_fn = &on_cancel;
+  m_reg.m_owner = this;
+  op.m_on_cqe = &on_cqe;
+  op.m_arg = this;
+  ctx.invoke(&begin, this);
+}
+
+void uring_cancel::begin(void* p) {
+  auto* self = static_cast<uring_cancel*>(p);
+  uring_impl& loop = *uring_impl::current();
+  loop.prepare(*self->m_op);
+  if (self->m_source.add(self->m_reg)) {
+    self->m_registered = true;
+    ++self->m_op->m_pending;  // the registration: released by on_cqe or cancel_now
+  } else {
+    io_uring_sqe* s = loop.sqe();  // cancelled already: cancel it right behind its SQE
+    io_uring_prep_cancel64(s, reinterpret_cast<std::uintptr_t>(self->m_op), 0);
+    io_uring_sqe_set_data64(s, k_ignore_data);
+  }
+}
+
+void uring_cancel::on_cancel(cancel_registration* r) noexcept {
+  auto* self = static_cast<uring_cancel*>(r->m_owner);
+  // Always queued, even on the loop thread: this runs under the source's lock.
+  self->m_ctx->impl().post_call(&cancel_now, self);
+}
+
+void uring_cancel::cancel_now(void* p) {
+  auto* self = static_cast<uring_cancel*>(p);
+  uring_op& op = *self->m_op;
+  if (!self->m_main_done) {
+    io_uring_sqe* s = uring_impl::current()->sqe();
+    io_uring_prep_cancel64(s, reinterpret_cast<std::uintptr_t>(&op), 0);
+    io_uring_sqe_set_data64(s, k_ignore_data);
+  }
+  if (--op.m_pending == 0) op.m_waiter.resume();
+}
+
+bool uring_cancel::on_cqe(uring_op& op, int, unsigned) {
+  auto* self = static_cast<uring_cancel*>(op.m_arg);
+  self->m_main_done = true;
+  // Not fired: drop the registration's count here. Fired: cancel_now drops it.
+  if (self->m_registered && !self->m_source.remove(self->m_reg)) --op.m_pending;
+  return true;
+}
+
+accept_awaitable::accept_awaitable(uring_context& ctx, listener_state* st) noexcept : uring_awaitable(ctx) {
+  m_op.m_kind = op_kind::custom;
+  m_op.m_start = &start_accept;
+  m_op.m_arg = st;
+}
+
+accept_result accept_awaitable::await_resume() const noexcept {
+  if (m_op.m_res < 0) return {errno_code(-m_op.m_res), tcp_stream(*m_ctx)};
+  return {{}, tcp_stream(*m_ctx, m_op.m_res)};
+}
+
+}  // namespace detail
+
+// ---- tcp_stream -----------------------------------------------------------------------------
+
+tcp_stream& tcp_stream::operator=(tcp_stream&& o) noexcept {
+  if (this != &o) {
+    close();
+    m_ctx = o.m_ctx;
+    m_fd = std::exchange(o.m_fd, -1);
+  }
+  return *this;
+}
+
+detail::connect_awaitable tcp_stream::connect(const endpoint& to) { return {*m_ctx, *this, to, {}}; }
+
+detail::connect_awaitable tcp_stream::connect(std::string_view address, std::uint16_t port) {
+  std::error_code ec;
+  const endpoint to = endpoint::parse(address, port, ec);
+  return {*m_ctx, *this, to, ec};
+}
+
+std::error_code tcp_stream::shutdown(int how) noexcept {
+  if (m_fd < 0) return std::make_error_code(std::errc::bad_file_descriptor);
+  if (::shutdown(m_fd, how) != 0) return {errno, std::system_category()};
+  return {};
+}
+
+void tcp_stream::cancel() {
+  if (m_fd < 0) return;
+  m_ctx->invoke(&detail::cancel_fd_call, reinterpret_cast<void*>(static_cast<std::intptr_t>(m_fd)));
+}
+
+void tcp_stream::close() noexcept {
+  if (m_fd < 0) return;
+  ::shutdown(m_fd, SHUT_RDWR);  // ends reads still in flight (they hold the file open)
+  ::close(m_fd);
+  m_fd = -1;
+}
+
+std::error_code tcp_stream::set_no_delay(bool on) noexcept {
+  const int v = on ? 1 : 0;
+  if (::setsockopt(m_fd, IPPROTO_TCP, TCP_NODELAY, &v, sizeof v) != 0) return {errno, std::system_category()};
+  return {};
+}
+
+// ---- tcp_listener ---------------------------------------------------------------------------
+
+std::error_code tcp_listener::listen(const endpoint& at, int backlog) noexcept {
+  if (m_state != nullptr) return std::make_error_code(std::errc::already_connected);
+  if (at.empty()) return std::make_error_code(std::errc::invalid_argument);
+  const int fd = ::socket(at.data()->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return {errno, std::system_category()};
+  const int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (::bind(fd, at.data(), at.size()) != 0 || ::listen(fd, backlog) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return {err, std::system_category()};
+  }
+  auto* st = new (std::nothrow) detail::listener_state;
+  if (st == nullptr) {
+    ::close(fd);
+    return std::make_error_code(std::errc::not_enough_memory);
+  }
+  st->m_ctx = m_ctx;
+  st->m_fd = fd;
+  m_state = st;
+  return {};
+}
+
+endpoint tcp_listener::local_endpoint() const noexcept {
+  endpoint e;
+  if (m_state == nullptr) return e;
+  socklen_t len = sizeof(sockaddr_storage);
+  if (::getsockname(m_state->m_fd, e.data(), &len) == 0) e.resize(len);
+  return e;
+}
+
+void tcp_listener::close() noexcept {
+  if (m_state == nullptr) return;
+  m_ctx->invoke(&detail::close_listener, std::exchange(m_state, nullptr));
+}
+
+}  // namespace weft::io

@@ -1,0 +1,344 @@
+// io/src/uring_context.cpp: the io_uring run loop.
+//
+// One thread owns the ring. Everything that touches the submission queue runs on it:
+// operations awaited by tasks of this context are prepared directly in their
+// await_suspend; operations awaited from other threads, cancels and closes are queued
+// as calls (m_calls, under m_mutex) and run at the start of the next loop turn.
+//
+// A turn: take the queued calls and foreign-scheduled tasks -> run them -> run up to
+// k_budget ready tasks -> io_uring_submit_and_wait (one io_uring_enter: submits every
+// SQE prepared since the previous turn, and waits for a completion only when nothing is
+// ready) -> reap all CQEs in batches, resuming their tasks.
+//
+// Sleeping and waking: before a waiting enter the loop sets m_sleeping under m_mutex,
+// having seen no queued call; a producer that queues under the same mutex and sees
+// m_sleeping clears it and writes the eventfd, whose read is always armed in the ring.
+// So a call queued before the check is run this turn, one queued after it wakes the
+// enter. Stale wake-ups only cost an empty turn.
+#include "uring_impl.hpp"
+
+#include <sys/eventfd.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+namespace weft::io {
+namespace detail {
+namespace {
+
+constexpr int k_budget = 64;         // ready tasks per turn before completions get a look
+constexpr unsigned k_reap_batch = 256;
+
+constinit thread_local uring_impl* t_loop = nullptr;
+
+static_assert(sizeof(__kernel_timespec) == sizeof(std::int64_t[2]));
+
+std::string unavailable_reason(int err) {
+  std::string why = "weft::io::uring_context: io_uring is unavailable: io_uring_setup failed with ";
+  why += std::strerror(err);
+  switch (err) {
+    case ENOSYS: why += " (ENOSYS: this kernel has no io_uring support)"; break;
+    case EPERM:
+      why += " (EPERM: io_uring is blocked here, by a seccomp filter, a container policy or sysctl "
+             "kernel.io_uring_disabled)";
+      break;
+    case EACCES: why += " (EACCES: io_uring is restricted to a group by sysctl kernel.io_uring_group)"; break;
+    case ENOMEM: why += " (ENOMEM: the locked-memory limit RLIMIT_MEMLOCK is too low for the ring)"; break;
+    default: break;
+  }
+  return why;
+}
+
+bool kernel_at_least(int major, int minor) {
+  utsname u{};
+  if (uname(&u) != 0) return false;
+  int ma = 0, mi = 0;
+  if (std::sscanf(u.release, "%d.%d", &ma, &mi) != 2) return false;
+  return ma > major || (ma == major && mi >= minor);
+}
+
+unsigned checked_priorities(unsigned p) {
+  if (p < 1 || p > 16)
+    throw std::invalid_argument("weft::io::uring_context: priorities must be 1..16 (got " + std::to_string(p) + ")");
+  return p;
+}
+
+}  // namespace
+
+uring_impl::uring_impl(uring_context& owner, const uring_options& options)
+    : m_owner(owner), m_priorities(checked_priorities(options.priorities)), m_ready(m_priorities) {
+  if (options.entries < 8 || options.entries > 32768)
+    throw std::invalid_argument("weft::io::uring_context: entries must be 8..32768 (got " +
+                                std::to_string(options.entries) + ")");
+  io_uring_params params{};
+  params.flags = IORING_SETUP_CQSIZE;
+  params.cq_entries = options.entries * 2;
+  int r = io_uring_queue_init_params(options.entries, &m_ring, &params);
+  if (r == -EINVAL) {  // an old kernel without IORING_SETUP_CQSIZE
+    params = {};
+    r = io_uring_queue_init_params(options.entries, &m_ring, &params);
+  }
+  if (r < 0) throw uring_unavailable(std::error_code(-r, std::system_category()), unavailable_reason(-r));
+  m_multishot_accept = kernel_at_least(5, 19);
+  m_eventfd = ::eventfd(0, EFD_CLOEXEC);
+  if (m_eventfd < 0) {
+    const int err = errno;
+    io_uring_queue_exit(&m_ring);
+    throw std::system_error(err, std::system_category(), "weft::io::uring_context: eventfd");
+  }
+  try {
+    m_thread = std::thread([this] { loop(); });
+  } catch (...) {
+    ::close(m_eventfd);
+    io_uring_queue_exit(&m_ring);
+    throw;
+  }
+}
+
+uring_impl::~uring_impl() {
+  ::close(m_eventfd);
+  io_uring_queue_exit(&m_ring);
+}
+
+uring_impl* uring_impl::current() noexcept { return t_loop; }
+
+io_uring_sqe* uring_impl::sqe() {
+  io_uring_sqe* s = io_uring_get_sqe(&m_ring);
+  while (s == nullptr) {
+    io_uring_submit(&m_ring);  // full: hand what we have to the kernel, then retry
+    s = io_uring_get_sqe(&m_ring);
+  }
+  return s;
+}
+
+void uring_impl::prepare(uring_op& op) {
+  // An operation and its linked timeout must go in one submission: make room for both.
+  if (op.m_link_timeout && io_uring_sq_space_left(&m_ring) < 2) io_uring_submit(&m_ring);
+  io_uring_sqe* s = sqe();
+  switch (op.m_kind) {
+    case op_kind::recv: io_uring_prep_recv(s, op.m_fd, op.m_buf, op.m_len, 0); break;
+    case op_kind::send: io_uring_prep_send(s, op.m_fd, op.m_buf, op.m_len, MSG_NOSIGNAL); break;
+    case op_kind::connect:
+      io_uring_prep_connect(s, op.m_fd, static_cast<const sockaddr*>(op.m_buf), op.m_len);
+      break;
+    case op_kind::timeout:
+      io_uring_prep_timeout(s, reinterpret_cast<__kernel_timespec*>(op.m_ts), 0,
+                            op.m_abs ? IORING_TIMEOUT_ABS : 0);
+      break;
+    case op_kind::custom: std::abort();  // started through m_start, never prepared
+  }
+  io_uring_sqe_set_data64(s, reinterpret_cast<std::uintptr_t>(&op));
+  op.m_pending = 1;
+  if (op.m_link_timeout) {
+    s->flags |= IOSQE_IO_LINK;
+    io_uring_sqe* t = sqe();
+    io_uring_prep_link_timeout(t, reinterpret_cast<__kernel_timespec*>(op.m_ts), 0);
+    io_uring_sqe_set_data64(t, reinterpret_cast<std::uintptr_t>(&op) | k_timeout_bit);
+    op.m_pending = 2;
+  }
+}
+
+void uring_impl::cancel_fd(int fd) {
+  io_uring_sqe* s = sqe();
+  io_uring_prep_cancel_fd(s, fd, IORING_ASYNC_CANCEL_ALL);
+  io_uring_sqe_set_data64(s, k_ignore_data);
+}
+
+void uring_impl::start_foreign(void* p) {
+  auto& op = *static_cast<uring_op*>(p);
+  if (op.m_kind == op_kind::custom) {
+    if (op.m_start(op)) op.m_waiter.resume();
+  } else {
+    t_loop->prepare(op);
+  }
+}
+
+void uring_impl::wake_if_sleeping(std::unique_lock<std::mutex>& lock) {
+  if (!m_sleeping) return;
+  m_sleeping = false;
+  lock.unlock();
+  const std::uint64_t one = 1;
+  [[maybe_unused]] const auto n = ::write(m_eventfd, &one, sizeof one);  // cannot fail short of EAGAIN at 2^64-2
+}
+
+void uring_impl::post_call(void (*fn)(void*), void* arg) {
+  std::unique_lock lock(m_mutex);
+  m_calls.emplace_back(fn, arg);
+  wake_if_sleeping(lock);
+}
+
+void uring_impl::post_ready(std::coroutine_handle<> h, unsigned prio) {
+  std::unique_lock lock(m_mutex);
+  if (m_stopping) throw shutdown_error("weft::io::uring_context: shutting down, no new work accepted");
+  m_foreign_ready.emplace_back(h.address(), prio);
+  wake_if_sleeping(lock);
+}
+
+void uring_impl::stop() {
+  {
+    std::unique_lock lock(m_mutex);
+    m_stopping = true;
+    wake_if_sleeping(lock);
+  }
+  m_thread.join();
+}
+
+void uring_impl::arm_wake() {
+  io_uring_sqe* s = sqe();
+  io_uring_prep_read(s, m_eventfd, &m_eventfd_value, sizeof m_eventfd_value, 0);
+  io_uring_sqe_set_data64(s, k_wake_data);
+}
+
+bool uring_impl::run_ready() {
+  for (int budget = k_budget; budget > 0; --budget) {
+    unsigned prio = 0;
+    while (prio < m_priorities && m_ready[prio].empty()) ++prio;
+    if (prio == m_priorities) return false;
+    void* item = m_ready[prio].front();
+    m_ready[prio].pop_front();
+    weft::detail::t_prio = prio;
+    std::coroutine_handle<>::from_address(item).resume();
+  }
+  for (const auto& q : m_ready)
+    if (!q.empty()) return true;
+  return false;
+}
+
+void uring_impl::dispatch(std::uint64_t data, int res, unsigned flags) {
+  if (data == k_wake_data) {
+    arm_wake();
+    return;
+  }
+  if (data == k_ignore_data) return;
+  auto* op = reinterpret_cast<uring_op*>(data & ~k_timeout_bit);
+  if ((data & k_timeout_bit) != 0) {
+    if (res == -ETIME) op->m_timed_out = true;
+  } else {
+    if (op->m_on_cqe != nullptr && !op->m_on_cqe(*op, res, flags)) return;
+    op->m_res = res;
+  }
+  if (--op->m_pending == 0) op->m_waiter.resume();
+}
+
+void uring_impl::reap() {
+  struct completion {
+    std::uint64_t data;
+    int res;
+    unsigned flags;
+  };
+  io_uring_cqe* cqes[k_reap_batch];
+  completion done[k_reap_batch];
+  for (;;) {
+    const unsigned n = io_uring_peek_batch_cqe(&m_ring, cqes, k_reap_batch);
+    if (n == 0) return;
+    // Copied out and released first: the tasks resumed below prepare new SQEs, and the
+    // kernel may reuse the CQ slots.
+    for (unsigned i = 0; i < n; ++i) done[i] = {cqes[i]->user_data, cqes[i]->res, cqes[i]->flags};
+    io_uring_cq_advance(&m_ring, n);
+    for (unsigned i = 0; i < n; ++i) dispatch(done[i].data, done[i].res, done[i].flags);
+    if (n < k_reap_batch) return;
+  }
+}
+
+void uring_impl::loop() {
+  t_loop = this;
+  weft::detail::t_executor = &m_owner;
+  weft::detail::t_prio = 0;
+  arm_wake();
+  std::vector<std::pair<void (*)(void*), void*>> calls;
+  std::vector<std::pair<void*, unsigned>> ready;
+  for (;;) {
+    bool stopping = false;
+    {
+      std::lock_guard lock(m_mutex);
+      calls.swap(m_calls);
+      ready.swap(m_foreign_ready);
+      stopping = m_stopping;
+    }
+    for (const auto& [h, prio] : ready) m_ready[prio].push_back(h);
+    for (const auto& [fn, arg] : calls) fn(arg);
+    const bool had_calls = !calls.empty();
+    calls.clear();
+    ready.clear();
+
+    const bool busy = run_ready();
+    // Queued work done and closed listeners released; tasks' in-flight ops are abandoned.
+    if (stopping && !busy && !had_calls && m_lingering == 0) break;
+
+    unsigned wait = 0;
+    if (!busy) {
+      std::lock_guard lock(m_mutex);
+      if (m_calls.empty() && m_foreign_ready.empty() && (!m_stopping || m_lingering != 0)) {
+        m_sleeping = true;
+        wait = 1;
+      }
+    }
+    if (wait != 0 || io_uring_sq_ready(&m_ring) > 0) {
+      const int r = io_uring_submit_and_wait(&m_ring, wait);
+      if (r < 0 && r != -EINTR && r != -EAGAIN && r != -EBUSY && r != -ETIME) {
+        std::fprintf(stderr, "weft::io::uring_context: io_uring_enter failed: %s\n", std::strerror(-r));
+      }
+    }
+    if (wait != 0) {
+      std::lock_guard lock(m_mutex);
+      m_sleeping = false;
+    }
+    reap();
+  }
+  weft::detail::t_executor = nullptr;
+  t_loop = nullptr;
+}
+
+}  // namespace detail
+
+uring_context::uring_context(uring_options options)
+    : m_impl(std::make_unique<detail::uring_impl>(*this, options)) {}
+
+uring_context::~uring_context() {
+  if (owns_current_thread()) {
+    std::fprintf(stderr, "weft::io::uring_context: destroyed from its own thread (it would wait for itself)\n");
+    std::abort();
+  }
+  m_impl->stop();
+}
+
+void uring_context::schedule(std::coroutine_handle<> h, unsigned prio) {
+  check_priority(*this, prio, "weft::io::uring_context::schedule");
+  if (owns_current_thread()) {
+    m_impl->push_ready(h, prio);
+  } else {
+    m_impl->post_ready(h, prio);
+  }
+}
+
+unsigned uring_context::priorities() const noexcept { return m_impl->m_priorities; }
+
+bool uring_context::owns_current_thread() const noexcept { return weft::detail::t_executor == this; }
+
+bool uring_context::has_multishot_accept() const noexcept { return m_impl->m_multishot_accept; }
+
+bool uring_context::submit(detail::uring_op& op) {
+  if (owns_current_thread()) {
+    if (op.m_kind == detail::op_kind::custom) return !op.m_start(op);
+    m_impl->prepare(op);
+    return true;
+  }
+  m_impl->post_call(&detail::uring_impl::start_foreign, &op);
+  return true;
+}
+
+void uring_context::invoke(void (*fn)(void*), void* arg) {
+  if (owns_current_thread()) {
+    fn(arg);
+  } else {
+    m_impl->post_call(fn, arg);
+  }
+}
+
+}  // namespace weft::io

@@ -1,0 +1,78 @@
+// io/src/uring_impl.hpp: the loop state of a uring_context, shared by the sources of
+// io/src (not installed, not API).
+#pragma once
+
+#include <liburing.h>
+
+#include <coroutine>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "weft/io/uring_context.hpp"
+
+namespace weft::io::detail {
+
+/// user_data of CQEs that carry no operation.
+inline constexpr std::uint64_t k_wake_data = 1;    // the eventfd read
+inline constexpr std::uint64_t k_ignore_data = 3;  // cancels and other fire-and-forget SQEs
+/// user_data bit 0 marks the linked timeout of the operation at (user_data & ~1).
+inline constexpr std::uint64_t k_timeout_bit = 1;
+
+class uring_impl {
+ public:
+  uring_impl(uring_context& owner, const uring_options& options);
+  ~uring_impl();
+
+  /// The loop of the calling thread, or nullptr off any loop thread.
+  static uring_impl* current() noexcept;
+
+  // ---- loop thread only ----------------------------------------------------------------
+  /// A free SQE; submits what is queued first when the ring is full. Never null.
+  io_uring_sqe* sqe();
+  /// Prepares op's SQE (and its linked timeout); its CQE resumes it.
+  void prepare(uring_op& op);
+  /// Queues a fire-and-forget cancel of everything in flight on fd.
+  void cancel_fd(int fd);
+  /// Runs an operation that was handed over from another thread.
+  static void start_foreign(void* op);
+  void push_ready(std::coroutine_handle<> h, unsigned prio) { m_ready[prio].push_back(h.address()); }
+
+  // ---- any thread --------------------------------------------------------------------------
+  void post_call(void (*fn)(void*), void* arg);
+  void post_ready(std::coroutine_handle<> h, unsigned prio);
+  void stop();
+
+  uring_context& m_owner;
+  const unsigned m_priorities;
+  bool m_multishot_accept = false;
+  /// Loop thread: internal SQEs whose last CQE must still come before the loop may end
+  /// (a closed listener's cancelled accept, which frees its state and closes its fd).
+  std::size_t m_lingering = 0;
+
+ private:
+  void loop();
+  void arm_wake();
+  void wake_if_sleeping(std::unique_lock<std::mutex>& lock);
+  bool run_ready();
+  void reap();
+  void dispatch(std::uint64_t data, int res, unsigned flags);
+
+  io_uring m_ring{};
+  int m_eventfd = -1;
+  std::uint64_t m_eventfd_value = 0;
+  std::vector<std::deque<void*>> m_ready;  // loop thread: one queue per priority
+
+  std::mutex m_mutex;  // guards the members below
+  std::vector<std::pair<void (*)(void*), void*>> m_calls;
+  std::vector<std::pair<void*, unsigned>> m_foreign_ready;
+  bool m_sleeping = false;  // the loop waits in io_uring_enter: wake it through the eventfd
+  bool m_stopping = false;
+
+  std::thread m_thread;
+};
+
+}  // namespace weft::io::detail

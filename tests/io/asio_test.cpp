@@ -1,0 +1,390 @@
+// The Asio bridge: asio_executor as a weft executor, the use_task token over plain and
+// composed operations, with_timeout / with_cancel, errors, and an echo run under load
+// with resets, with fd hygiene.
+#include <asio.hpp>
+
+#include <catch2/catch.hpp>
+#include <weft/io/io.hpp>
+#include <weft/weft.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "io_support.hpp"
+#include "sync.hpp"
+
+using namespace std::chrono_literals;
+using asio::ip::tcp;
+using weft::io::asio_executor;
+using weft::io::use_task;
+using weft_io_test::completion_count;
+using weft_io_test::failures;
+using weft_io_test::k_message;
+
+namespace {
+
+tcp::endpoint loopback(unsigned short port) { return {asio::ip::address_v4::loopback(), port}; }
+
+// ---- echo under load ------------------------------------------------------------------------
+
+struct server_stats {
+  std::atomic<std::size_t> bytes{0};
+  std::atomic<std::size_t> eofs{0};
+  std::atomic<std::size_t> resets{0};
+  std::atomic<std::size_t> other_errors{0};
+  completion_count sessions_done;
+};
+
+weft::task<void> echo_session(tcp::socket s, server_stats& st) {
+  char buf[4096];
+  for (;;) {
+    auto [ec, n] = co_await s.async_read_some(asio::buffer(buf), use_task);
+    if (ec) {
+      if (ec == asio::error::eof) st.eofs.fetch_add(1);
+      else if (ec == asio::error::connection_reset) st.resets.fetch_add(1);
+      else st.other_errors.fetch_add(1);
+      break;
+    }
+    st.bytes.fetch_add(n);
+    auto [ec2, m] = co_await asio::async_write(s, asio::buffer(buf, n), use_task);
+    if (ec2) {
+      if (ec2 == asio::error::connection_reset || ec2 == asio::error::broken_pipe) st.resets.fetch_add(1);
+      else st.other_errors.fetch_add(1);
+      break;
+    }
+    (void)m;
+  }
+  st.sessions_done.arrive();
+}
+
+weft::task<void> accept_loop(asio_executor& io, tcp::acceptor& a, std::size_t n, server_stats& st, failures& f) {
+  for (std::size_t i = 0; i < n; ++i) {
+    auto [ec, s] = co_await a.async_accept(use_task);
+    if (ec) {
+      f.add("accept: " + ec.message());
+      st.sessions_done.arrive();
+      continue;
+    }
+    weft::post(io, echo_session(std::move(s), st));
+  }
+}
+
+struct client_outcome {
+  std::size_t echoed = 0;
+  bool reset = false;
+};
+
+weft::task<client_outcome> echo_client(asio_executor& io, tcp::endpoint ep, std::uint32_t id, std::size_t messages,
+                                       bool reset_halfway, failures& f) {
+  client_outcome out;
+  tcp::socket s(io.context());
+  if (auto ec = co_await s.async_connect(ep, use_task)) {
+    f.add("connect: " + ec.message());
+    co_return out;
+  }
+  char msg[k_message], back[k_message];
+  for (std::size_t k = 0; k < messages; ++k) {
+    if (reset_halfway && k == messages / 2) {
+      s.set_option(asio::socket_base::linger(true, 0));  // close with RST
+      s.close();
+      out.reset = true;
+      co_return out;
+    }
+    weft_io_test::fill_message(msg, id, static_cast<std::uint32_t>(k));
+    auto [e1, n1] = co_await asio::async_write(s, asio::buffer(msg), use_task);
+    auto [e2, n2] = co_await asio::async_read(s, asio::buffer(back), use_task);
+    if (e1 || e2 || n1 != k_message || n2 != k_message) {
+      f.add("client: " + (e1 ? e1 : e2).message());
+      co_return out;
+    }
+    if (std::memcmp(msg, back, sizeof msg) != 0) {
+      f.add("echo differs");
+      co_return out;
+    }
+    ++out.echoed;
+  }
+  s.shutdown(tcp::socket::shutdown_send);
+  co_return out;
+}
+
+weft::task<std::vector<client_outcome>> all_clients(asio_executor& io, tcp::endpoint ep, std::size_t conns,
+                                                     std::size_t messages, std::size_t reset_every, failures& f) {
+  std::vector<weft::task<client_outcome>> ts;
+  for (std::size_t i = 0; i < conns; ++i)
+    ts.push_back(echo_client(io, ep, static_cast<std::uint32_t>(i), messages,
+                             reset_every != 0 && i % reset_every == 0, f));
+  co_return co_await weft::spawn_many(std::move(ts));
+}
+
+}  // namespace
+
+TEST_CASE("asio: echo, 1000 connections x 100 messages, 10% reset half-way", "[asio]") {
+  weft_io_test::raise_fd_limit();
+  const std::size_t fds_before = weft_io_test::fd_count();
+  {
+    const std::size_t conns = 1000, messages = 100, reset_every = 10;
+    asio_executor server, clients;
+    server_stats st;
+    failures f;
+    tcp::acceptor acceptor(server.context(), loopback(0));
+    acceptor.listen(asio::socket_base::max_listen_connections);
+    const auto ep = loopback(acceptor.local_endpoint().port());
+    weft::post(server, accept_loop(server, acceptor, conns, st, f));
+
+    auto outcomes = weft::sync_wait(clients, all_clients(clients, ep, conns, messages, reset_every, f));
+    REQUIRE(st.sessions_done.wait_for(conns, 60s));
+    weft::sync_wait(server, [&]() -> weft::task<void> {  // the acceptor belongs to the I/O thread
+      acceptor.close();
+      co_return;
+    }());
+
+    INFO("first failure: " << f.m_first);
+    CHECK(f.m_count == 0);
+    std::size_t resets = 0, echoed = 0, expected = 0;
+    for (std::size_t i = 0; i < conns; ++i) {
+      const bool r = i % reset_every == 0;
+      CHECK(outcomes[i].reset == r);
+      const std::size_t want = r ? messages / 2 : messages;
+      if (outcomes[i].echoed != want) FAIL_CHECK("connection " << i << " echoed " << outcomes[i].echoed);
+      resets += r;
+      echoed += outcomes[i].echoed;
+      expected += want;
+    }
+    CHECK(echoed == expected);
+    CHECK(st.bytes.load() == expected * k_message);
+    CHECK(st.resets.load() == resets);
+    CHECK(st.eofs.load() == conns - resets);
+    CHECK(st.other_errors.load() == 0);
+  }
+  CHECK(weft_io_test::fd_count() == fds_before);
+}
+
+TEST_CASE("asio_executor: a weft executor (sync_wait, post, resume_on, priorities)", "[asio]") {
+  asio_executor io{{.priorities = 4}};
+  weft::thread_pool pool{{.threads = 2}};
+  CHECK(io.priorities() == 4);
+  CHECK_FALSE(io.owns_current_thread());
+  auto where = [&]() -> weft::task<bool> { co_return io.owns_current_thread() && weft::current_executor() == &io; };
+  CHECK(weft::sync_wait(io, where()));
+  CHECK_THROWS_AS(weft::sync_wait(io, where(), 4), std::out_of_range);
+  CHECK_THROWS_AS(asio_executor({.priorities = 0}), std::invalid_argument);
+
+  auto hop = [&]() -> weft::task<int> {
+    int ok = pool.owns_current_thread();
+    co_await weft::resume_on(io);
+    ok += io.owns_current_thread();
+    co_await weft::resume_on(pool);
+    ok += pool.owns_current_thread();
+    co_return ok;
+  };
+  CHECK(weft::sync_wait(pool, hop()) == 3);
+
+  // Priorities among its own queued tasks, while its thread is held.
+  weft_test::gate started, release;
+  std::mutex m;
+  std::vector<unsigned> order;
+  auto hold = [&]() -> weft::task<void> {
+    started.open();
+    release.wait();
+    co_return;
+  };
+  auto mark = [&](unsigned p) -> weft::task<void> {
+    std::lock_guard lock(m);
+    order.push_back(p);
+    co_return;
+  };
+  weft::post(io, hold());
+  started.wait();
+  for (unsigned p : {3u, 1u, 2u, 0u, 3u, 0u}) weft::post(io, mark(p), p);
+  release.open();
+  weft::sync_wait(io, mark(3), 3);
+  CHECK(order == std::vector<unsigned>{0, 0, 1, 2, 3, 3, 3});
+
+  // Wrapping a context the caller owns.
+  asio::io_context ctx;
+  {
+    asio_executor wrapped(ctx);
+    CHECK(&wrapped.context() == &ctx);
+    CHECK(weft::sync_wait(wrapped, []() -> weft::task<int> { co_return 7; }()) == 7);
+  }
+}
+
+TEST_CASE("use_task: plain, composed, no-error and value-only signatures", "[asio]") {
+  const std::size_t fds_before = weft_io_test::fd_count();  // Asio opens its reactor's fds lazily
+  {
+  asio_executor io;
+  weft::thread_pool pool{{.threads = 1}};
+
+  auto body = [&]() -> weft::task<void> {
+    // steady_timer: void(error_code)
+    asio::steady_timer t(io.context(), 5ms);
+    std::error_code ec = co_await t.async_wait(use_task);
+    CHECK_FALSE(ec);
+    CHECK(io.owns_current_thread());  // resumed inline on the I/O thread
+
+    // asio::post: void() -> co_await yields void
+    co_await asio::post(io.get_executor(), use_task);
+    CHECK(io.owns_current_thread());
+
+    // A value-only signature void(int), completing later and completing inline.
+    auto ex = io.get_executor();
+    int v = co_await asio::async_initiate<const weft::io::use_task_t&, void(int)>(
+        [ex](auto handler) { asio::post(ex, [h = std::move(handler)]() mutable { std::move(h)(42); }); }, use_task);
+    CHECK(v == 42);
+    int w = co_await asio::async_initiate<const weft::io::use_task_t&, void(int)>(
+        [](auto handler) { std::move(handler)(7); }, use_task);
+    CHECK(w == 7);
+
+    // Sockets, resolver, async_write and async_read_until.
+    tcp::acceptor a(io.context(), loopback(0));
+    tcp::resolver resolver(io.context());
+    auto [rec, results] = co_await resolver.async_resolve("127.0.0.1", std::to_string(a.local_endpoint().port()),
+                                                          tcp::resolver::numeric_host | tcp::resolver::numeric_service,
+                                                          use_task);
+    REQUIRE_FALSE(rec);
+    REQUIRE(results.size() == 1);
+    tcp::socket c(io.context());
+    auto connecting = [&]() -> weft::task<std::error_code> {
+      auto [e, ep] = co_await asio::async_connect(c, results, use_task);
+      co_return e;
+    };
+    auto conn = weft::spawn(connecting()).fork();
+    auto [aec, srv] = co_await a.async_accept(use_task);
+    REQUIRE_FALSE(aec);
+    auto r1 = co_await conn;  // outside the macro: g++-12 evaluates a co_await operand of Catch's macros twice
+    CHECK_FALSE(r1);
+    auto [wec, wn] = co_await asio::async_write(c, asio::buffer(std::string("line one\nline two\n")), use_task);
+    CHECK_FALSE(wec);
+    CHECK(wn == 18);
+    std::string got;
+    auto [lec, ln] = co_await asio::async_read_until(srv, asio::dynamic_buffer(got), '\n', use_task);
+    CHECK_FALSE(lec);
+    CHECK(got.substr(0, ln) == "line one\n");
+  };
+  weft::sync_wait(io, body());
+
+  // A pool task awaiting the I/O thread's timer resumes on the pool.
+  auto on_pool = [&]() -> weft::task<int> {
+    int n = 0;
+    for (int i = 0; i < 20; ++i) {
+      asio::steady_timer t(io.context(), 100us);
+      auto ec = co_await t.async_wait(use_task);
+      n += !ec && pool.owns_current_thread();
+    }
+    co_return n;
+  };
+  CHECK(weft::sync_wait(pool, on_pool()) == 20);
+  }
+  CHECK(weft_io_test::fd_count() == fds_before);
+}
+
+TEST_CASE("asio: with_timeout and with_cancel", "[asio]") {
+  asio_executor io;
+  weft::thread_pool pool{{.threads = 1}};
+  tcp::acceptor a(io.context(), loopback(0));
+  tcp::socket c(io.context()), s(io.context());
+  c.connect(loopback(a.local_endpoint().port()));
+  a.accept(s);
+  char buf[16];
+
+  auto timed = [&]() -> weft::task<void> {
+    auto t0 = std::chrono::steady_clock::now();
+    auto [ec, n] = co_await weft::io::with_timeout(s.async_read_some(asio::buffer(buf), use_task), 50ms);
+    auto waited = std::chrono::steady_clock::now() - t0;
+    CHECK(ec == std::errc::timed_out);
+    CHECK(n == 0);
+    CHECK(waited >= 45ms);
+    CHECK(waited < 5s);
+    // Completes in time: the result is the operation's own.
+    auto [e1, n1] = co_await asio::async_write(c, asio::buffer("abc", 3), use_task);
+    auto [e2, n2] = co_await weft::io::with_timeout(s.async_read_some(asio::buffer(buf), use_task), 5s);
+    CHECK_FALSE(e1);
+    CHECK_FALSE(e2);
+    CHECK(n2 == 3);
+    (void)n1;
+  };
+  weft::sync_wait(io, timed());
+  // From a pool task too (the timer and the cancellation run on the I/O thread).
+  auto timed_on_pool = [&]() -> weft::task<bool> {
+    auto [ec, n] = co_await weft::io::with_timeout(s.async_read_some(asio::buffer(buf), use_task), 20ms);
+    co_return ec == std::errc::timed_out && n == 0 && pool.owns_current_thread();
+  };
+  CHECK(weft::sync_wait(pool, timed_on_pool()));
+
+  // with_cancel: cancelled from another thread while pending.
+  weft::io::cancel_source stop;
+  std::atomic<bool> reading{false};
+  auto cancellable = [&]() -> weft::task<std::error_code> {
+    reading.store(true);
+    auto [ec, n] = co_await weft::io::with_cancel(s.async_read_some(asio::buffer(buf), use_task), stop);
+    co_return ec;
+  };
+  std::thread canceller([&] {
+    while (!reading.load()) std::this_thread::yield();
+    std::this_thread::sleep_for(10ms);
+    stop.request_cancel();
+  });
+  auto ec = weft::sync_wait(pool, cancellable());
+  canceller.join();
+  CHECK(ec == asio::error::operation_aborted);
+  CHECK(stop.cancel_requested());
+  // Already cancelled before it starts: ends at once.
+  auto t0 = std::chrono::steady_clock::now();
+  CHECK(weft::sync_wait(io, cancellable()) == asio::error::operation_aborted);
+  CHECK(std::chrono::steady_clock::now() - t0 < 5s);
+  // Not cancelled: completes normally.
+  weft::io::cancel_source idle;
+  auto normal = [&]() -> weft::task<std::size_t> {
+    auto [e1, n1] = co_await asio::async_write(c, asio::buffer("xy", 2), use_task);
+    auto [e2, n2] = co_await weft::io::with_cancel(s.async_read_some(asio::buffer(buf), use_task), idle);
+    co_return e1 || e2 ? 0 : n2;
+  };
+  CHECK(weft::sync_wait(io, normal()) == 2);
+  // Asio's own per-operation slot works with use_task too (emitted on the I/O thread).
+  asio::cancellation_signal signal;
+  auto emit_later = [&]() -> weft::task<void> {
+    asio::steady_timer t(io.context(), 10ms);
+    co_await t.async_wait(use_task);
+    signal.emit(asio::cancellation_type::terminal);
+  };
+  auto slotted = [&]() -> weft::task<std::error_code> {
+    auto h = weft::spawn(emit_later()).fork();
+    auto [e, n] = co_await s.async_read_some(asio::buffer(buf), asio::bind_cancellation_slot(signal.slot(), use_task));
+    co_await h;
+    co_return e;
+  };
+  CHECK(weft::sync_wait(io, slotted()) == asio::error::operation_aborted);
+  weft::sync_wait(io, [&]() -> weft::task<void> {
+    c.close();
+    s.close();
+    a.close();
+    co_return;
+  }());
+}
+
+TEST_CASE("asio: refused connections and invalid addresses", "[asio]") {
+  asio_executor io;
+  unsigned short closed_port = 0;
+  {
+    tcp::acceptor a(io.context(), loopback(0));
+    closed_port = a.local_endpoint().port();
+  }
+  auto body = [&]() -> weft::task<void> {
+    tcp::socket s(io.context());
+    auto ec = co_await s.async_connect(loopback(closed_port), use_task);
+    CHECK(ec == asio::error::connection_refused);
+    std::error_code bad;
+    (void)asio::ip::make_address("999.1.2.3", bad);
+    CHECK(bad);
+    tcp::resolver r(io.context());
+    auto [rec, results] = co_await r.async_resolve("not an address", "80", tcp::resolver::numeric_host, use_task);
+    CHECK(rec);
+    CHECK(results.empty());
+  };
+  weft::sync_wait(io, body());
+}

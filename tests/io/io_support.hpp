@@ -1,0 +1,96 @@
+// Helpers of the I/O tests: open-fd counting, the fd limit, a bounded completion
+// latch, io_uring availability (skip, not fail) and the echo messages.
+#pragma once
+
+#include <sys/resource.h>
+
+#include <catch2/catch.hpp>
+#include <weft/io/uring_context.hpp>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <string>
+
+namespace weft_io_test {
+
+/// Open file descriptors of this process (entries of /proc/self/fd, the directory
+/// iterator's own fd excluded).
+inline std::size_t fd_count() {
+  std::size_t n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) ++n;
+  return n - 1;
+}
+
+/// Raises the soft RLIMIT_NOFILE to the hard one; returns the soft limit now in force.
+inline std::size_t raise_fd_limit() {
+  rlimit lim{};
+  getrlimit(RLIMIT_NOFILE, &lim);
+  if (lim.rlim_cur < lim.rlim_max) {
+    lim.rlim_cur = lim.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &lim);
+    getrlimit(RLIMIT_NOFILE, &lim);
+  }
+  return static_cast<std::size_t>(lim.rlim_cur);
+}
+
+/// Counts arrivals from any thread; the test thread waits, with a time bound, for a total.
+class completion_count {
+ public:
+  void arrive(std::size_t n = 1) {
+    std::lock_guard lock(m_mutex);
+    m_count += n;
+    m_cv.notify_all();
+  }
+  /// True when `total` arrivals happened within `limit`.
+  bool wait_for(std::size_t total, std::chrono::milliseconds limit) {
+    std::unique_lock lock(m_mutex);
+    return m_cv.wait_for(lock, limit, [&] { return m_count >= total; });
+  }
+  std::size_t count() {
+    std::lock_guard lock(m_mutex);
+    return m_count;
+  }
+
+ private:
+  std::mutex m_mutex;
+  std::condition_variable m_cv;
+  std::size_t m_count = 0;
+};
+
+/// A uring_context, or nullptr after a Catch2 WARN naming why io_uring is unavailable
+/// (the calling test then returns: skipped, not failed).
+inline std::unique_ptr<weft::io::uring_context> make_uring_or_skip(weft::io::uring_options o = {}) {
+  try {
+    return std::make_unique<weft::io::uring_context>(o);
+  } catch (const weft::io::uring_unavailable& e) {
+    WARN("SKIPPED (io_uring unavailable): " << e.what());
+    return nullptr;
+  }
+}
+
+/// The echo messages: 64 bytes that encode the connection and the message number.
+inline constexpr std::size_t k_message = 64;
+inline void fill_message(char* out, std::uint32_t conn, std::uint32_t seq) {
+  for (std::size_t i = 0; i < k_message; ++i) out[i] = static_cast<char>((conn * 131u + seq * 7u + i) & 0xff);
+  std::memcpy(out, &conn, sizeof conn);
+  std::memcpy(out + sizeof conn, &seq, sizeof seq);
+}
+
+/// Everything a test run records from other threads, checked on the test thread.
+struct failures {
+  std::mutex m_mutex;
+  std::string m_first;
+  std::size_t m_count = 0;
+  void add(const std::string& what) {
+    std::lock_guard lock(m_mutex);
+    if (m_count++ == 0) m_first = what;
+  }
+};
+
+}  // namespace weft_io_test
