@@ -60,10 +60,8 @@ enum class channel_status : std::uint8_t {
 /// elements still stored are destroyed with it.
 template <class T>
 class channel {
-  static_assert(std::is_object_v<T> && !std::is_const_v<T> && std::is_nothrow_move_constructible_v<T> &&
-                    std::is_nothrow_move_assignable_v<T>,
-                "weft::channel<T>: T must be a non-const object type with noexcept move construction and "
-                "assignment");
+  static_assert(std::is_object_v<T> && !std::is_const_v<T> && std::is_nothrow_move_constructible_v<T>,
+                "weft::channel<T>: T must be a non-const object type with a noexcept move constructor");
 
   struct pull_waiter : detail::waiter {
     std::optional<T> m_value;
@@ -254,7 +252,7 @@ class channel {
     {
       std::lock_guard lock(m_lock);
       if (m_items.empty()) return m_closed ? channel_status::closed : channel_status::empty;
-      woken = take_front_locked([&](T&& v) noexcept { out = std::move(v); });
+      woken = take_front_locked([&](T&& v) { out = std::move(v); });
     }
     if (woken != nullptr) woken->wake();
     return channel_status::ok;
