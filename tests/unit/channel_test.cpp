@@ -27,8 +27,19 @@ namespace {
 using weft::channel_status;
 using weft_test::eventually;
 
+// Catch2 assertions are not thread-safe: code on workers and helper threads counts its
+// failures here, and the test body checks the count.
+std::atomic<int> g_failures{0};
+void expect(bool ok) noexcept {
+  if (!ok) g_failures.fetch_add(1, std::memory_order_relaxed);
+}
+struct no_failures_at_exit {
+  no_failures_at_exit() { g_failures.store(0); }
+  ~no_failures_at_exit() { CHECK(g_failures.load() == 0); }
+};
+
 weft::task<void> produce(weft::channel<int>& ch, int first, int last) {
-  for (int v = first; v < last; ++v) REQUIRE(co_await ch.push(v));
+  for (int v = first; v < last; ++v) expect(co_await ch.push(v));
 }
 
 weft::task<std::vector<int>> consume_all(weft::channel<int>& ch) {
@@ -66,6 +77,7 @@ void drain_one_worker_pool(weft::thread_pool& pool) {
 }  // namespace
 
 TEST_CASE("channel: try_push and try_pull report ok, full, empty and closed", "[channel]") {
+  no_failures_at_exit guard;
   weft::channel<int> ch{2};
   CHECK(ch.capacity() == 2);
   int out = -1;
@@ -96,11 +108,13 @@ TEST_CASE("channel: try_push and try_pull report ok, full, empty and closed", "[
 }
 
 TEST_CASE("channel: capacity 0 is an error with a message", "[channel]") {
+  no_failures_at_exit guard;
   CHECK_THROWS_AS(weft::channel<int>{0}, std::invalid_argument);
   CHECK_THROWS_WITH(weft::channel<int>{0}, Catch::Contains("capacity"));
 }
 
 TEST_CASE("channel: a failed push leaves a move-only element with the caller", "[channel]") {
+  no_failures_at_exit guard;
   weft::channel<std::unique_ptr<int>> ch{1};
   CHECK(ch.try_push(std::make_unique<int>(1)) == channel_status::ok);
   auto p = std::make_unique<int>(2);
@@ -116,6 +130,7 @@ TEST_CASE("channel: a failed push leaves a move-only element with the caller", "
 }
 
 TEST_CASE("channel: elements left in a destroyed channel are destroyed", "[channel]") {
+  no_failures_at_exit guard;
   std::atomic<int> live{0};
   {
     weft::channel<weft_test::tracker> ch;
@@ -127,6 +142,7 @@ TEST_CASE("channel: elements left in a destroyed channel are destroyed", "[chann
 
 TEMPLATE_LIST_TEST_CASE("channel: tasks see FIFO order, then the end after close", "[channel]",
                         weft_test::all_executors) {
+  no_failures_at_exit guard;
   auto pool = TestType::make();
   for (std::size_t capacity : {std::size_t{1}, std::size_t{7}, weft::channel<int>::unbounded}) {
     weft::channel<int> ch{capacity};
@@ -143,13 +159,14 @@ TEMPLATE_LIST_TEST_CASE("channel: tasks see FIFO order, then the end after close
 }
 
 TEST_CASE("channel: a producer suspends at capacity and resumes when there is room", "[channel]") {
+  no_failures_at_exit guard;
   weft::thread_pool pool{{.threads = 1}};
   weft::channel<int> ch{4};
   std::atomic<int> attempted{0}, pushed{0};
   auto producer = [&]() -> weft::task<void> {
     for (int v = 0; v < 10; ++v) {
       attempted.store(v + 1, std::memory_order_release);
-      REQUIRE(co_await ch.push(v));
+      expect(co_await ch.push(v));
       pushed.store(v + 1, std::memory_order_release);
     }
   };
@@ -171,6 +188,7 @@ TEST_CASE("channel: a producer suspends at capacity and resumes when there is ro
 }
 
 TEST_CASE("channel: suspended consumers are served in FIFO order", "[channel]") {
+  no_failures_at_exit guard;
   weft::thread_pool pool{{.threads = 1}};
   weft::channel<int> ch;
   constexpr int k_n = 8;
@@ -188,6 +206,7 @@ TEST_CASE("channel: suspended consumers are served in FIFO order", "[channel]") 
 }
 
 TEST_CASE("channel: suspended producers are served in FIFO order", "[channel]") {
+  no_failures_at_exit guard;
   weft::thread_pool pool{{.threads = 1}};
   weft::channel<int> ch{1};
   REQUIRE(ch.try_push(-1) == channel_status::ok);
@@ -207,6 +226,7 @@ TEST_CASE("channel: suspended producers are served in FIFO order", "[channel]") 
 }
 
 TEST_CASE("channel: close wakes waiting consumers with the end and waiting producers with false", "[channel]") {
+  no_failures_at_exit guard;
   weft::thread_pool pool{{.threads = 1}};
   weft::channel<int> empty;
   std::optional<int> got[3] = {7, 7, 7};
@@ -230,13 +250,14 @@ TEST_CASE("channel: close wakes waiting consumers with the end and waiting produ
 }
 
 TEST_CASE("channel: woken tasks resume on the executor they suspended on", "[channel]") {
+  no_failures_at_exit guard;
   weft::thread_pool producers{{.threads = 2}};
   weft::thread_pool consumers{{.threads = 2}};
   weft::channel<int> ch{3};
   std::atomic<int> wrong_pool{0};
   auto producer = [&](int first) -> weft::task<void> {
     for (int v = first; v < first + 5000; ++v) {
-      REQUIRE(co_await ch.push(v));
+      expect(co_await ch.push(v));
       if (!producers.owns_current_thread()) wrong_pool.fetch_add(1);
     }
   };
@@ -261,7 +282,7 @@ TEST_CASE("channel: woken tasks resume on the executor they suspended on", "[cha
   long sum = 0;
   std::thread c([&] { sum = weft::sync_wait(consumers, consume_side()); });
   std::thread extra([&] {  // a plain thread producing too
-    for (int v = 10'000; v < 12'000; ++v) REQUIRE(ch.push_wait(v));
+    for (int v = 10'000; v < 12'000; ++v) expect(ch.push_wait(v));
   });
   weft::sync_wait(producers, produce_side());
   extra.join();
@@ -272,13 +293,14 @@ TEST_CASE("channel: woken tasks resume on the executor they suspended on", "[cha
 }
 
 TEST_CASE("channel: push_wait and pull_wait between plain threads deliver everything once", "[channel]") {
+  no_failures_at_exit guard;
   constexpr int k_per = 5000, k_producers = 3, k_consumers = 3;
   weft::channel<int> ch{8};
   std::vector<std::atomic<int>> seen(k_per * k_producers);
   std::vector<std::thread> threads;
   for (int p = 0; p < k_producers; ++p)
     threads.emplace_back([&, p] {
-      for (int i = 0; i < k_per; ++i) REQUIRE(ch.push_wait(p * k_per + i));
+      for (int i = 0; i < k_per; ++i) expect(ch.push_wait(p * k_per + i));
     });
   std::atomic<int> total{0};
   for (int c = 0; c < k_consumers; ++c)
@@ -296,6 +318,7 @@ TEST_CASE("channel: push_wait and pull_wait between plain threads deliver everyt
 }
 
 TEST_CASE("channel: bulk push and pull", "[channel]") {
+  no_failures_at_exit guard;
   weft::channel<int> ch{5};
   std::vector<int> in{0, 1, 2, 3, 4, 5, 6, 7};
   CHECK(ch.try_push_n(in.begin(), in.size()) == 5);  // up to the capacity
@@ -317,9 +340,9 @@ TEST_CASE("channel: bulk push and pull", "[channel]") {
       co_return got;
     };
     auto r = weft::spawn(reader()).fork();
-    CHECK(co_await bulk.push_n(data.begin(), data.size()) == data.size());
+    expect(co_await bulk.push_n(data.begin(), data.size()) == data.size());
     bulk.close();
-    CHECK(co_await bulk.push_n(data.begin(), 3) == 0);
+    expect(co_await bulk.push_n(data.begin(), 3) == 0);
     co_return co_await r;
   };
   CHECK(weft::sync_wait(pool, body()) == data);
