@@ -27,12 +27,9 @@ namespace {
 using weft::channel_status;
 using weft_test::eventually;
 
-// Catch2 assertions are not thread-safe: code on workers and helper threads counts its
-// failures here, and the test body checks the count.
-std::atomic<int> g_failures{0};
-void expect(bool ok) noexcept {
-  if (!ok) g_failures.fetch_add(1, std::memory_order_relaxed);
-}
+using weft_test::expect;
+using weft_test::g_failures;
+
 struct no_failures_at_exit {
   no_failures_at_exit() { g_failures.store(0); }
   ~no_failures_at_exit() { CHECK(g_failures.load() == 0); }
@@ -61,18 +58,7 @@ weft::task<void> push_one(weft::channel<int>& ch, int v, std::atomic<int>& resul
   done.fetch_add(1, std::memory_order_release);
 }
 
-weft::task<void> mark(std::atomic<int>& flag) {
-  flag.store(1, std::memory_order_release);
-  co_return;
-}
-
-// Posts a probe to a one-worker pool and waits until it ran: everything posted before
-// it has run up to its first suspension.
-void drain_one_worker_pool(weft::thread_pool& pool) {
-  std::atomic<int> ran{0};
-  weft::post(pool, mark(ran));
-  REQUIRE(eventually([&] { return ran.load(std::memory_order_acquire) == 1; }));
-}
+void drain_one_worker_pool(weft::thread_pool& pool) { REQUIRE(weft_test::drain_one_worker_pool(pool)); }
 
 }  // namespace
 
