@@ -31,6 +31,7 @@ class Workload:
     size_label: str = "size={:,}"  # how tables and charts name a size
     baseline: str = "seq"          # speedups are over this flavor, run at 1 thread only
     peers: tuple = ("tbb", "omp")  # "vs peer" is over the best of these
+    baseline_1t_only: bool = True  # a sequential baseline runs at 1 thread only
 
 
 COMPUTE = ("seq", "fj", "tbb", "omp")
@@ -39,6 +40,9 @@ WORKLOADS = [
     Workload("skynet", COMPUTE, 100_000_000, 1_000_000, "{:,} leaves"),
     Workload("nqueens", COMPUTE, 14, 10, "n={}"),
     Workload("matmul", COMPUTE, 2048, 256, "N={}"),
+    # No sequential flavor: speedups are over weft's own mt at 1 thread; Asio is the peer.
+    Workload("channel", ("mt", "mt-bounded", "asio"), 10_000_000, 100_000, "{:,} elements",
+             baseline="mt", peers=("asio",), baseline_1t_only=False),
 ]
 
 
@@ -134,7 +138,7 @@ def plan(args, workloads):
             if f not in have:
                 notes.append(f"{w.name}: flavor {f} not built into {binary_path(args, w)}")
                 continue
-            counts = [1] if f == w.baseline else thread_counts(args)
+            counts = [1] if f == w.baseline and w.baseline_1t_only else thread_counts(args)
             jobs += [(w, f, t) for t in counts]
     return jobs, notes
 
