@@ -15,7 +15,11 @@
 #include "sync.hpp"
 
 #include <atomic>
+#include <condition_variable>
+#include <coroutine>
 #include <cstddef>
+#include <deque>
+#include <mutex>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -57,6 +61,54 @@ weft::task<void> push_one(weft::channel<int>& ch, int v, std::atomic<int>& resul
   result.store(ok ? 1 : 0, std::memory_order_relaxed);
   done.fetch_add(1, std::memory_order_release);
 }
+
+// A minimal executor that is not a thread_pool: one thread running a FIFO of handles.
+// It stands for any weft::executor (the Asio one of the I/O layer, say): channels use
+// only the executor interface.
+class thread_executor final : public weft::executor {
+ public:
+  thread_executor() : m_thread([this] { loop(); }) {}
+  ~thread_executor() override {
+    {
+      std::lock_guard lock(m_mutex);
+      m_stop = true;
+    }
+    m_cv.notify_one();
+    m_thread.join();
+  }
+  void schedule(std::coroutine_handle<> h, unsigned prio) override {
+    weft::check_priority(*this, prio, "thread_executor::schedule");
+    {
+      std::lock_guard lock(m_mutex);
+      m_queue.push_back(h);
+    }
+    m_cv.notify_one();
+  }
+  unsigned priorities() const noexcept override { return 1; }
+  bool owns_current_thread() const noexcept override { return std::this_thread::get_id() == m_thread.get_id(); }
+
+ private:
+  void loop() {
+    weft::detail::t_executor = this;  // what current_executor() reports on this thread
+    for (;;) {
+      std::coroutine_handle<> h;
+      {
+        std::unique_lock lock(m_mutex);
+        m_cv.wait(lock, [&] { return m_stop || !m_queue.empty(); });
+        if (m_queue.empty()) break;
+        h = m_queue.front();
+        m_queue.pop_front();
+      }
+      h.resume();
+    }
+    weft::detail::t_executor = nullptr;
+  }
+  std::mutex m_mutex;
+  std::condition_variable m_cv;
+  std::deque<std::coroutine_handle<>> m_queue;
+  bool m_stop = false;
+  std::thread m_thread;  // last: started after the rest is built
+};
 
 void drain_one_worker_pool(weft::thread_pool& pool) { REQUIRE(weft_test::drain_one_worker_pool(pool)); }
 
@@ -332,4 +384,33 @@ TEST_CASE("channel: bulk push and pull", "[channel]") {
     co_return co_await r;
   };
   CHECK(weft::sync_wait(pool, body()) == data);
+}
+
+TEST_CASE("channel: works on an executor that is not a thread_pool", "[channel]") {
+  no_failures_at_exit guard;
+  thread_executor single;
+  weft::thread_pool pool{{.threads = 2}};
+  weft::channel<int> ch{2};
+  std::atomic<int> wrong{0};
+  auto consumer = [&]() -> weft::task<long> {
+    long sum = 0;
+    while (auto v = co_await ch.pull()) {
+      if (!single.owns_current_thread()) wrong.fetch_add(1);
+      sum += *v;
+    }
+    co_return sum;
+  };
+  auto producer = [&]() -> weft::task<void> {
+    for (int v = 0; v < 20'000; ++v) {
+      expect(co_await ch.push(v));
+      if (!pool.owns_current_thread()) wrong.fetch_add(1);
+    }
+    ch.close();
+  };
+  long sum = 0;
+  std::thread c([&] { sum = weft::sync_wait(single, consumer()); });
+  weft::sync_wait(pool, producer());
+  c.join();
+  CHECK(sum == 20'000L * 19'999 / 2);
+  CHECK(wrong.load() == 0);
 }
