@@ -18,6 +18,7 @@
 #include <condition_variable>
 #include <coroutine>
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <mutex>
 #include <memory>
@@ -413,4 +414,34 @@ TEST_CASE("channel: works on an executor that is not a thread_pool", "[channel]"
   c.join();
   CHECK(sum == 20'000L * 19'999 / 2);
   CHECK(wrong.load() == 0);
+}
+
+TEST_CASE("channel: a long backlog grows into large segments and drains in order", "[channel]") {
+  no_failures_at_exit guard;
+  weft::channel<std::uint64_t> ch;
+  constexpr std::uint64_t k_n = 3'000'000;  // 24 MB: several 2 MiB segments
+  for (int round = 0; round < 2; ++round) {  // the second round reuses nothing it freed
+    bool pushed = true;
+    for (std::uint64_t i = 0; i < k_n; ++i) pushed &= ch.try_push(i) == channel_status::ok;
+    CHECK(pushed);
+    CHECK(ch.size() == k_n);
+    std::uint64_t v = 0;
+    bool in_order = true;
+    for (std::uint64_t i = 0; i < k_n; ++i) in_order &= ch.try_pull(v) == channel_status::ok && v == i;
+    CHECK(in_order);
+    CHECK(ch.try_pull(v) == channel_status::empty);
+  }
+  // Interleaved: a backlog that shrinks and grows again.
+  std::uint64_t next_in = 0, next_out = 0;
+  bool in_order = true;
+  for (int wave = 0; wave < 20; ++wave) {
+    for (int i = 0; i < 70'000; ++i) in_order &= ch.try_push(next_in++) == channel_status::ok;
+    std::uint64_t v = 0;
+    for (int i = 0; i < 50'000; ++i) in_order &= ch.try_pull(v) == channel_status::ok && v == next_out++;
+  }
+  std::vector<std::uint64_t> rest;
+  ch.try_pull_n(std::back_inserter(rest), 1u << 30);
+  for (std::uint64_t v : rest) in_order &= v == next_out++;
+  CHECK(in_order);
+  CHECK(next_out == next_in);
 }
