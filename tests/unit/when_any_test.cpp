@@ -96,3 +96,19 @@ TEST_CASE("when_any: range form over tasks of one type", "[when_any]") {
   auto empty = []() -> weft::task<void> { co_await weft::when_any(std::vector<weft::task<int>>{}); };
   CHECK_THROWS_AS(weft::sync_wait(pool, empty()), std::invalid_argument);
 }
+
+TEST_CASE("when_any: plain awaitables race tasks; a stop_callback cancels a waiting operand", "[when_any]") {
+  weft::thread_pool pool{{.threads = 2}};
+  std::atomic<int> live{0};
+  auto body = [&]() -> weft::task<void> {
+    std::stop_source stop;
+    weft::manual_reset_event never_set;
+    std::stop_callback cancel(stop.get_token(), [&] { never_set.set(); });  // how the loser ends
+    auto r = co_await weft::when_any(stop, never_set.wait(), quick("task", weft_test::tracker{live}));
+    CHECK(r.index == 1);
+    CHECK(std::get<1>(r.value) == "task");
+    CHECK(never_set.is_set());
+  };
+  weft::sync_wait(pool, body());
+  CHECK(live.load() == 0);
+}
