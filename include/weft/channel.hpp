@@ -205,28 +205,20 @@ class channel {
   /// the whole batch. Never blocks. Thread-safe.
   template <std::input_iterator It>
   std::size_t try_push_n(It first, std::size_t n) {
-    detail::waiter* woken = nullptr;
-    detail::waiter* woken_tail = nullptr;
+    detail::deferred_wakes woken;  // destroyed after the lock guard: wakes after unlocking
     std::size_t done = 0;
-    {
-      std::lock_guard lock(m_lock);
-      if (m_closed) return 0;
-      for (; done < n; ++done, ++first) {
-        if (!m_consumers.empty()) {
-          auto* c = static_cast<pull_waiter*>(m_consumers.front());
-          c->m_value.emplace(*first);
-          detail::waiter* w = m_consumers.pop_front();
-          w->m_next = nullptr;
-          (woken_tail != nullptr ? woken_tail->m_next : woken) = w;
-          woken_tail = w;
-        } else if (m_items.size() < m_capacity) {
-          m_items.emplace_back(*first);
-        } else {
-          break;
-        }
+    std::lock_guard lock(m_lock);
+    if (m_closed) return 0;
+    for (; done < n; ++done, ++first) {
+      if (!m_consumers.empty()) {
+        static_cast<pull_waiter*>(m_consumers.front())->m_value.emplace(*first);
+        woken.add(m_consumers.pop_front());
+      } else if (m_items.size() < m_capacity) {
+        m_items.emplace_back(*first);
+      } else {
+        break;
       }
     }
-    detail::wake_chain(woken);
     return done;
   }
 
@@ -305,24 +297,16 @@ class channel {
   template <class OutIt>
     requires std::output_iterator<OutIt, T>
   std::size_t try_pull_n(OutIt out, std::size_t max) {
-    detail::waiter* woken = nullptr;
-    detail::waiter* woken_tail = nullptr;
+    detail::deferred_wakes woken;  // destroyed after the lock guard: wakes after unlocking
     std::size_t done = 0;
-    {
-      std::lock_guard lock(m_lock);
-      for (; done < max && !m_items.empty(); ++done) {
-        detail::waiter* w = take_front_locked([&](T&& v) {
-          *out = std::move(v);
-          ++out;
-        });
-        if (w != nullptr) {
-          w->m_next = nullptr;
-          (woken_tail != nullptr ? woken_tail->m_next : woken) = w;
-          woken_tail = w;
-        }
-      }
+    std::lock_guard lock(m_lock);
+    for (; done < max && !m_items.empty(); ++done) {
+      detail::waiter* w = take_front_locked([&](T&& v) {
+        *out = std::move(v);
+        ++out;
+      });
+      if (w != nullptr) woken.add(w);
     }
-    detail::wake_chain(woken);
     return done;
   }
 

@@ -37,19 +37,10 @@ class semaphore {
   /// Returns `n` permits: the oldest waiters get one each, the rest are counted.
   /// Thread-safe.
   void release(std::size_t n = 1) noexcept {
-    detail::waiter* first = nullptr;
-    detail::waiter* last = nullptr;
-    {
-      std::lock_guard lock(m_lock);
-      for (; n != 0 && !m_waiters.empty(); --n) {
-        detail::waiter* w = m_waiters.pop_front();
-        w->m_next = nullptr;
-        (last != nullptr ? last->m_next : first) = w;
-        last = w;
-      }
-      m_count += n;
-    }
-    detail::wake_chain(first);
+    detail::deferred_wakes woken;  // destroyed after the lock guard: wakes after unlocking
+    std::lock_guard lock(m_lock);
+    for (; n != 0 && !m_waiters.empty(); --n) woken.add(m_waiters.pop_front());
+    m_count += n;
   }
 
   /// Permits free now (a snapshot). Thread-safe.

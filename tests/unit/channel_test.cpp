@@ -445,3 +445,41 @@ TEST_CASE("channel: a long backlog grows into large segments and drains in order
   CHECK(in_order);
   CHECK(next_out == next_in);
 }
+
+namespace {
+// An output iterator whose second write throws.
+struct throwing_out {
+  using difference_type = std::ptrdiff_t;
+  std::vector<int>* sink;
+  int* writes;
+  throwing_out& operator*() { return *this; }
+  throwing_out& operator=(int v) {
+    if (++*writes == 2) throw std::runtime_error("throwing_out: full");
+    sink->push_back(v);
+    return *this;
+  }
+  throwing_out& operator++() { return *this; }
+  throwing_out operator++(int) { return *this; }
+};
+}  // namespace
+
+TEST_CASE("channel: a throwing output iterator loses neither elements nor wake-ups", "[channel]") {
+  no_failures_at_exit guard;
+  weft::thread_pool pool{{.threads = 1}};
+  weft::channel<int> ch{1};
+  REQUIRE(ch.try_push(1) == channel_status::ok);
+  std::atomic<int> result{-1}, done{0};
+  weft::post(pool, push_one(ch, 2, result, done));  // suspends: the channel is full
+  drain_one_worker_pool(pool);
+  CHECK(done.load() == 0);
+  std::vector<int> got;
+  int writes = 0;
+  CHECK_THROWS_AS(ch.try_pull_n(throwing_out{&got, &writes}, 5), std::runtime_error);
+  CHECK(got == std::vector<int>{1});
+  // The producer was handed the freed place before the throw, and is woken anyway.
+  REQUIRE(eventually([&] { return done.load(std::memory_order_acquire) == 1; }));
+  CHECK(result.load() == 1);
+  int v = 0;
+  CHECK(ch.try_pull(v) == channel_status::ok);
+  CHECK(v == 2);
+}

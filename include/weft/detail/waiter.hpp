@@ -133,4 +133,25 @@ inline void wake_chain(waiter* w) noexcept {
   }
 }
 
+/// Waiters collected under a lock, woken (oldest first) when this goes out of scope:
+/// declare it before the lock guard, so that the wake-ups happen after unlocking, also
+/// when the locked section throws. Not thread-safe.
+class deferred_wakes {
+ public:
+  deferred_wakes() = default;
+  deferred_wakes(const deferred_wakes&) = delete;
+  deferred_wakes& operator=(const deferred_wakes&) = delete;
+  ~deferred_wakes() { wake_chain(m_first); }
+
+  void add(waiter* w) noexcept {
+    w->m_next = nullptr;
+    (m_last != nullptr ? m_last->m_next : m_first) = w;
+    m_last = w;
+  }
+
+ private:
+  waiter* m_first = nullptr;
+  waiter* m_last = nullptr;
+};
+
 }  // namespace weft::detail
