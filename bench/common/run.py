@@ -41,6 +41,7 @@ WORKLOADS = [
     Workload("nqueens", COMPUTE, 14, 10, "n={}"),
     Workload("matmul", COMPUTE, 2048, 256, "N={}"),
     # No sequential flavor: speedups are over weft's own mt at 1 thread; Asio is the peer.
+    # TODO(st): add "st", "st-bounded" once bench/channel.cpp has them (weft::io::asio_executor).
     Workload("channel", ("mt", "mt-bounded", "asio"), 10_000_000, 100_000, "{:,} elements",
              baseline="mt", peers=("asio",), baseline_1t_only=False),
 ]
