@@ -36,6 +36,7 @@ class Workload:
     # over the runs). Set for latency-style workloads.
     metrics: tuple = ()
     single_thread: bool = False    # the binary ignores --threads: run every flavor at 1 only
+    baseline_1t_only: bool = True  # a sequential baseline runs at 1 thread only
 
 
 COMPUTE = ("seq", "fj", "tbb", "omp")
@@ -45,9 +46,14 @@ WORKLOADS = [
     Workload("nqueens", COMPUTE, 14, 10, "n={}"),
     Workload("matmul", COMPUTE, 2048, 256, "N={}"),
     Workload("priority", ("levels1", "levels2"), 39, 30, "low-priority fib({}), a probe every 100 us",
-             baseline="levels1", peers=(), metrics=("latency.p50_ns", "latency.p99_ns", "latency.samples")),
+             baseline="levels1", peers=(), metrics=("latency.p50_ns", "latency.p99_ns", "latency.samples"),
+             baseline_1t_only=False),
     Workload("io_socket_st", ("asio", "weft-asio", "weft-uring"), 100_000, 10_000, "{:,} requests, 20 connections",
              baseline="asio", peers=("asio",), single_thread=True),
+    # No sequential flavor: speedups are over weft's own mt at 1 thread; Asio is the peer.
+    # TODO(st): add "st", "st-bounded" once bench/channel.cpp has them (weft::io::asio_executor).
+    Workload("channel", ("mt", "mt-bounded", "asio"), 10_000_000, 100_000, "{:,} elements",
+             baseline="mt", peers=("asio",), baseline_1t_only=False),
 ]
 
 
@@ -152,7 +158,7 @@ def plan(args, workloads):
             if f not in have:
                 notes.append(f"{w.name}: flavor {f} not built into {binary_path(args, w)}")
                 continue
-            counts = [1] if w.single_thread or (f == w.baseline and not w.metrics) else thread_counts(args)
+            counts = [1] if w.single_thread or (f == w.baseline and w.baseline_1t_only) else thread_counts(args)
             jobs += [(w, f, t) for t in counts]
     return jobs, notes
 

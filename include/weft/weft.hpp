@@ -1,15 +1,22 @@
 // weft/weft.hpp: everything public in weft's core.
 #pragma once
 
+#include "weft/barrier.hpp"
+#include "weft/channel.hpp"
 #include "weft/config.hpp"
+#include "weft/event.hpp"
 #include "weft/executor.hpp"
 #include "weft/fork_group.hpp"
+#include "weft/latch.hpp"
+#include "weft/mutex.hpp"
 #include "weft/pool.hpp"
 #include "weft/post.hpp"
 #include "weft/resume_on.hpp"
+#include "weft/semaphore.hpp"
 #include "weft/spawn.hpp"
 #include "weft/spawn_many.hpp"
 #include "weft/spawn_tuple.hpp"
 #include "weft/sync_wait.hpp"
 #include "weft/task.hpp"
+#include "weft/when_any.hpp"
 #include "weft/yield.hpp"

@@ -1,0 +1,160 @@
+// weft/event.hpp: weft::manual_reset_event and weft::auto_reset_event.
+//
+// Protocol (both): a short lock guards the `set` flag and the FIFO of waiters; a waiter
+// is queued only after seeing the flag clear under that lock, and set() takes the
+// waiters under the same lock, so no wake-up is lost. Waiters are woken oldest first,
+// after the lock is released, on the executor they suspended on.
+#pragma once
+
+#include <coroutine>
+#include <mutex>
+
+#include "weft/detail/spin_lock.hpp"
+#include "weft/detail/waiter.hpp"
+
+namespace weft {
+
+/// An event that stays set until reset(): set() releases every waiter, and waits while
+/// it is set complete at once. Thread-safe. Destroying it while waited on is a
+/// programming error.
+class manual_reset_event {
+ public:
+  explicit manual_reset_event(bool initially_set = false) noexcept : m_set(initially_set) {}
+  manual_reset_event(const manual_reset_event&) = delete;
+  manual_reset_event& operator=(const manual_reset_event&) = delete;
+
+  /// Sets the event and resumes every waiter (oldest first). Idempotent. Thread-safe.
+  void set() noexcept {
+    detail::waiter* all;
+    {
+      std::lock_guard lock(m_lock);
+      m_set = true;
+      all = m_waiters.take_all();
+    }
+    detail::wake_chain(all);
+  }
+  /// Clears the event: later waits suspend until the next set(). Thread-safe.
+  void reset() noexcept {
+    std::lock_guard lock(m_lock);
+    m_set = false;
+  }
+  /// True while set. Thread-safe.
+  bool is_set() const noexcept {
+    std::lock_guard lock(m_lock);
+    return m_set;
+  }
+
+  /// Awaiter of wait().
+  class wait_awaiter {
+   public:
+    bool await_ready() const noexcept { return m_event->is_set(); }
+    bool await_suspend(std::coroutine_handle<> h) noexcept {
+      m_node.park(h);
+      return m_event->park(m_node);
+    }
+    void await_resume() const noexcept {}
+
+   private:
+    friend class manual_reset_event;
+    explicit wait_awaiter(manual_reset_event& e) noexcept : m_event(&e) {}
+    manual_reset_event* m_event;
+    detail::waiter m_node;
+  };
+
+  /// `co_await ev.wait()`: continues once the event is set (at once if it is).
+  [[nodiscard]] wait_awaiter wait() noexcept { return wait_awaiter{*this}; }
+
+  /// Blocking wait for plain threads. Thread-safe.
+  void wait_blocking() noexcept {
+    detail::sync_signal signal;
+    detail::waiter node;
+    node.park(signal);
+    if (park(node)) detail::block_on(signal);
+  }
+
+ private:
+  bool park(detail::waiter& node) noexcept {
+    std::lock_guard lock(m_lock);
+    if (m_set) return false;
+    m_waiters.push_back(&node);
+    return true;
+  }
+
+  mutable detail::spin_lock m_lock;
+  bool m_set;
+  detail::waiter_list m_waiters;
+};
+
+/// An event that releases one waiter per set(): set() resumes the oldest waiter, or,
+/// with nobody waiting, leaves the event set so that the next wait completes at once
+/// (and clears it). Several set() calls with nobody waiting count as one. Thread-safe.
+/// Destroying it while waited on is a programming error.
+class auto_reset_event {
+ public:
+  explicit auto_reset_event(bool initially_set = false) noexcept : m_set(initially_set) {}
+  auto_reset_event(const auto_reset_event&) = delete;
+  auto_reset_event& operator=(const auto_reset_event&) = delete;
+
+  /// Releases the oldest waiter, or sets the event if nobody waits. Thread-safe.
+  void set() noexcept {
+    detail::waiter* w;
+    {
+      std::lock_guard lock(m_lock);
+      w = m_waiters.pop_front();
+      if (w == nullptr) m_set = true;
+    }
+    if (w != nullptr) w->wake();
+  }
+  /// Clears the event. Thread-safe.
+  void reset() noexcept {
+    std::lock_guard lock(m_lock);
+    m_set = false;
+  }
+  /// Takes the signal if the event is set (clearing it); true if it was. Thread-safe.
+  bool try_wait() noexcept {
+    std::lock_guard lock(m_lock);
+    return std::exchange(m_set, false);
+  }
+
+  /// Awaiter of wait().
+  class wait_awaiter {
+   public:
+    bool await_ready() noexcept { return m_event->try_wait(); }
+    bool await_suspend(std::coroutine_handle<> h) noexcept {
+      m_node.park(h);
+      return m_event->park(m_node);
+    }
+    void await_resume() const noexcept {}
+
+   private:
+    friend class auto_reset_event;
+    explicit wait_awaiter(auto_reset_event& e) noexcept : m_event(&e) {}
+    auto_reset_event* m_event;
+    detail::waiter m_node;
+  };
+
+  /// `co_await ev.wait()`: takes the signal, waiting in FIFO order for a set().
+  [[nodiscard]] wait_awaiter wait() noexcept { return wait_awaiter{*this}; }
+
+  /// Blocking wait for plain threads. Thread-safe.
+  void wait_blocking() noexcept {
+    detail::sync_signal signal;
+    detail::waiter node;
+    node.park(signal);
+    if (park(node)) detail::block_on(signal);
+  }
+
+ private:
+  bool park(detail::waiter& node) noexcept {
+    std::lock_guard lock(m_lock);
+    if (std::exchange(m_set, false)) return false;
+    m_waiters.push_back(&node);
+    return true;
+  }
+
+  detail::spin_lock m_lock;
+  bool m_set;
+  detail::waiter_list m_waiters;
+};
+
+}  // namespace weft

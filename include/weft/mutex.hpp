@@ -1,0 +1,133 @@
+// weft/mutex.hpp: weft::mutex, an async mutex whose waiters suspend (tasks) or block
+// (plain threads) and are served in FIFO order.
+//
+// Protocol: a short lock (detail::spin_lock) guards `locked` and the FIFO of waiters.
+// unlock() with waiters hands the mutex straight to the oldest one (`locked` stays
+// true), so a newcomer's try_lock cannot overtake a waiter and no wake-up is lost:
+// a waiter is queued and the mutex seen locked under the same lock.
+#pragma once
+
+#include <coroutine>
+#include <mutex>
+#include <stdexcept>
+#include <utility>
+
+#include "weft/detail/spin_lock.hpp"
+#include "weft/detail/waiter.hpp"
+
+namespace weft {
+
+/// An async mutex: `auto guard = co_await m.lock();` suspends the task (not the
+/// thread) while another holder has it. Not recursive. Waiters get it in FIFO order
+/// and resume on the executor they suspended on. Thread-safe. Destroying it while it is
+/// held or waited on is a programming error.
+class mutex {
+ public:
+  /// Owns a lock of a weft::mutex and unlocks it when destroyed. Move-only; not
+  /// thread-safe (one owner).
+  class [[nodiscard]] scoped_lock {
+   public:
+    scoped_lock() noexcept = default;
+    explicit scoped_lock(mutex& m, std::adopt_lock_t) noexcept : m_mutex(&m) {}
+    scoped_lock(scoped_lock&& o) noexcept : m_mutex(std::exchange(o.m_mutex, nullptr)) {}
+    scoped_lock& operator=(scoped_lock&& o) noexcept {
+      if (this != &o) {
+        reset();
+        m_mutex = std::exchange(o.m_mutex, nullptr);
+      }
+      return *this;
+    }
+    ~scoped_lock() { reset(); }
+    /// True while it holds a lock.
+    bool owns_lock() const noexcept { return m_mutex != nullptr; }
+    explicit operator bool() const noexcept { return owns_lock(); }
+    /// Unlocks now (nothing if it holds no lock).
+    void unlock() noexcept { reset(); }
+    /// The mutex it holds, or nullptr.
+    mutex* get() const noexcept { return m_mutex; }
+
+   private:
+    void reset() noexcept {
+      if (mutex* m = std::exchange(m_mutex, nullptr)) m->unlock();
+    }
+    mutex* m_mutex = nullptr;
+  };
+
+  mutex() = default;
+  mutex(const mutex&) = delete;
+  mutex& operator=(const mutex&) = delete;
+
+  /// Locks if free, without waiting; true on success (then call unlock(), or adopt it
+  /// into a scoped_lock). Fails while anyone holds or waits. Thread-safe.
+  bool try_lock() noexcept {
+    std::lock_guard lock(m_lock);
+    if (m_locked) return false;
+    m_locked = true;
+    return true;
+  }
+
+  /// A scoped_lock owning the mutex if try_lock() succeeds, else an empty one.
+  scoped_lock try_lock_scoped() noexcept { return try_lock() ? scoped_lock{*this, std::adopt_lock} : scoped_lock{}; }
+
+  /// Unlocks; the oldest waiter, if any, gets the mutex and resumes. Precondition: the
+  /// caller holds it (any thread may release it: it is not owner-tracked). Thread-safe.
+  void unlock() noexcept {
+    detail::waiter* next = nullptr;
+    {
+      std::lock_guard lock(m_lock);
+      next = m_waiters.pop_front();
+      if (next == nullptr) m_locked = false;  // else: ownership passes to `next`
+    }
+    if (next != nullptr) next->wake();
+  }
+
+  /// Awaiter of lock().
+  class lock_awaiter {
+   public:
+    bool await_ready() noexcept { return m_mutex->try_lock(); }
+    bool await_suspend(std::coroutine_handle<> h) noexcept {
+      m_node.park(h);
+      return m_mutex->park(m_node);
+    }
+    scoped_lock await_resume() const noexcept { return scoped_lock{*m_mutex, std::adopt_lock}; }
+
+   private:
+    friend class mutex;
+    explicit lock_awaiter(mutex& m) noexcept : m_mutex(&m) {}
+    mutex* m_mutex;
+    detail::waiter m_node;
+  };
+
+  /// `auto guard = co_await m.lock();`: the mutex, waiting in FIFO order while it is
+  /// held. Thread-safe.
+  [[nodiscard]] lock_awaiter lock() noexcept { return lock_awaiter{*this}; }
+
+  /// Blocking lock for plain threads (on an executor's thread it blocks the worker).
+  /// Thread-safe.
+  scoped_lock lock_wait() noexcept {
+    if (try_lock()) return scoped_lock{*this, std::adopt_lock};
+    detail::sync_signal signal;
+    detail::waiter node;
+    node.park(signal);
+    if (park(node)) detail::block_on(signal);
+    return scoped_lock{*this, std::adopt_lock};
+  }
+
+ private:
+  /// Queues `node` unless the mutex is free now (then takes it): true when it waits.
+  bool park(detail::waiter& node) noexcept {
+    std::lock_guard lock(m_lock);
+    if (!m_locked) {
+      m_locked = true;
+      return false;
+    }
+    m_waiters.push_back(&node);
+    return true;
+  }
+
+  detail::spin_lock m_lock;
+  bool m_locked = false;
+  detail::waiter_list m_waiters;
+};
+
+}  // namespace weft

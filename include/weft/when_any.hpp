@@ -1,0 +1,173 @@
+// weft/when_any.hpp: weft::when_any, the first of several awaitables to finish.
+//
+// What cancellation means here. when_any runs every operand in parallel (each in its
+// own forked task on the caller's executor). The first to finish, with a value or an
+// exception, wins; when_any then calls request_stop() on the std::stop_source it was
+// given, and waits for the losers to finish before it resumes the caller. Losers are
+// never destroyed mid-flight (a suspended coroutine cannot be torn down safely from
+// outside): they observe the stop token they were handed (std::stop_token, or a
+// std::stop_callback that sets an event or closes a channel they wait on) and return
+// early; their results and exceptions are dropped. So when_any is structured: when
+// `co_await weft::when_any(...)` returns, nothing it started is still running, nothing
+// leaked, and the operands may safely refer to the caller's locals. The price: a loser
+// that ignores the stop request delays the caller until it finishes by itself.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <exception>
+#include <optional>
+#include <stop_token>
+#include <stdexcept>
+#include <type_traits>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "weft/fork_group.hpp"
+#include "weft/task.hpp"
+
+namespace weft {
+
+/// The winner of a when_any: its position among the operands and its value
+/// (std::monostate for a void operand; for the variadic form a std::variant whose
+/// alternative `index` is set).
+template <class T>
+struct when_any_result {
+  std::size_t index;
+  T value;
+};
+
+namespace detail {
+
+template <class A>
+decltype(auto) awaiter_of(A&& a) {
+  if constexpr (requires { std::forward<A>(a).operator co_await(); }) return std::forward<A>(a).operator co_await();
+  else return std::forward<A>(a);
+}
+
+/// What `co_await a` evaluates to for an rvalue `a` (member operator co_await or a
+/// plain awaiter), void mapped to std::monostate, references decayed.
+template <class A>
+using await_value_t = std::conditional_t<std::is_void_v<decltype(awaiter_of(std::declval<A>()).await_resume())>,
+                                         std::monostate,
+                                         std::decay_t<decltype(awaiter_of(std::declval<A>()).await_resume())>>;
+
+/// The race's shared state; lives in the when_any coroutine, which outlives every child.
+template <class V>
+struct race {
+  static constexpr std::size_t k_none = static_cast<std::size_t>(-1);
+  std::atomic<std::size_t> m_winner{k_none};
+  std::optional<V> m_value;
+  std::exception_ptr m_error;
+  std::stop_source* m_stop = nullptr;
+
+  /// True for exactly one caller: the first child to finish. The fork_group join
+  /// publishes what the winner then writes to the awaiting coroutine.
+  bool try_win(std::size_t i) noexcept {
+    std::size_t none = k_none;
+    return m_winner.compare_exchange_strong(none, i, std::memory_order_acq_rel, std::memory_order_relaxed);
+  }
+  void stop_losers() noexcept {
+    if (m_stop != nullptr) m_stop->request_stop();
+  }
+};
+
+/// One operand, run to completion; `emplace(race, value)` stores a winning value.
+template <class V, class A, class Emplace>
+task<void> race_child(A a, race<V>& r, std::size_t i, Emplace emplace) {
+  try {
+    if constexpr (std::is_void_v<decltype(awaiter_of(std::move(a)).await_resume())>) {
+      co_await std::move(a);
+      if (r.try_win(i)) {
+        emplace(r, std::monostate{});
+        r.stop_losers();
+      }
+    } else {
+      auto v = co_await std::move(a);
+      if (r.try_win(i)) {
+        emplace(r, std::move(v));
+        r.stop_losers();
+      }
+    }
+  } catch (...) {
+    if (r.try_win(i)) {
+      r.m_error = std::current_exception();
+      r.stop_losers();
+    }
+  }
+}
+
+template <class V>
+when_any_result<V> race_result(race<V>& r) {
+  if (r.m_error) std::rethrow_exception(r.m_error);
+  return when_any_result<V>{r.m_winner.load(std::memory_order_relaxed), std::move(*r.m_value)};
+}
+
+template <class... A, std::size_t... I>
+task<when_any_result<std::variant<await_value_t<A>...>>> when_any_variadic(std::stop_source* stop,
+                                                                           std::index_sequence<I...>, A... as) {
+  using V = std::variant<await_value_t<A>...>;
+  race<V> r;
+  r.m_stop = stop;
+  {
+    fork_group<void> g;
+    (g.fork(race_child<V>(std::move(as), r, I,
+                          [](race<V>& rr, auto&& v) { rr.m_value.emplace(std::in_place_index<I>, std::move(v)); })),
+     ...);
+    co_await g.join();
+  }
+  co_return race_result(r);
+}
+
+template <class A>
+task<when_any_result<await_value_t<A>>> when_any_range(std::stop_source* stop, std::vector<A> as) {
+  using V = await_value_t<A>;
+  if (as.empty()) throw std::invalid_argument("weft::when_any: no operands");
+  race<V> r;
+  r.m_stop = stop;
+  {
+    fork_group<void> g;
+    for (std::size_t i = 0; i < as.size(); ++i)
+      g.fork(race_child<V>(std::move(as[i]), r, i, [](race<V>& rr, auto&& v) { rr.m_value.emplace(std::move(v)); }));
+    co_await g.join();
+  }
+  co_return race_result(r);
+}
+
+}  // namespace detail
+
+/// `co_await weft::when_any(stop, a, b, ...)`: runs the awaitables (tasks, or anything
+/// with await_ready/await_suspend/await_resume or a member operator co_await) in
+/// parallel; the first to finish wins, `stop.request_stop()` is called, and once every
+/// loser has finished too it evaluates to {index, std::variant<values...>} (the winner's
+/// alternative, std::monostate for void), or rethrows the winner's exception. Losers'
+/// results and exceptions are dropped. See the file comment for what cancellation means.
+/// Call from a weft task; operands are moved in.
+template <class... A>
+  requires(sizeof...(A) >= 1)
+auto when_any(std::stop_source& stop, A... as) {
+  return detail::when_any_variadic(&stop, std::index_sequence_for<A...>{}, std::move(as)...);
+}
+
+/// when_any without a stop source: losers are not asked to stop, only waited for.
+template <class... A>
+  requires(sizeof...(A) >= 1 && (!std::is_same_v<std::remove_cvref_t<A>, std::stop_source> && ...))
+auto when_any(A... as) {
+  return detail::when_any_variadic(nullptr, std::index_sequence_for<A...>{}, std::move(as)...);
+}
+
+/// Range form: operands of one type in a vector; evaluates to {index, value}. Throws
+/// std::invalid_argument for an empty vector.
+template <class A>
+auto when_any(std::stop_source& stop, std::vector<A> as) {
+  return detail::when_any_range(&stop, std::move(as));
+}
+
+/// Range form without a stop source.
+template <class A>
+auto when_any(std::vector<A> as) {
+  return detail::when_any_range(nullptr, std::move(as));
+}
+
+}  // namespace weft

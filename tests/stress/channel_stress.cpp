@@ -1,0 +1,166 @@
+// weft::channel under contention: exactly-once delivery with a close at a random
+// moment, producers and consumers spread over tasks on two pools and plain threads,
+// blocking and non-blocking operations mixed. Run under ThreadSanitizer.
+#include <weft/channel.hpp>
+
+#include <weft/fork_group.hpp>
+#include <weft/pool.hpp>
+#include <weft/sync_wait.hpp>
+
+#include <catch2/catch.hpp>
+
+#include "bounded_wait.hpp"
+#include "sync.hpp"
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <thread>
+#include <vector>
+
+namespace {
+
+constexpr int k_task_producers = 3;
+constexpr int k_producers = k_task_producers + 1;  // + one plain thread
+const std::size_t k_per_producer = static_cast<std::size_t>(weft_test::rounds(3000, 400));
+
+struct shared_state {
+  explicit shared_state(std::size_t capacity)
+      : ch(capacity), delivered(k_per_producer * k_producers), accepted(k_per_producer * k_producers) {}
+  weft::channel<std::uint32_t> ch;
+  std::vector<std::atomic<std::uint8_t>> delivered;  // times each id was pulled
+  std::vector<std::uint8_t> accepted;                 // its push returned true (one writer per id)
+  std::atomic<std::size_t> delivered_total{0};
+  std::atomic<int> producers_done{0};
+
+  void take(std::uint32_t id) {
+    delivered[id].fetch_add(1, std::memory_order_relaxed);
+    delivered_total.fetch_add(1, std::memory_order_relaxed);
+  }
+  void record_push(std::uint32_t id, bool ok) { accepted[id] = ok ? 1 : 0; }
+};
+
+weft::task<void> task_producer(shared_state& s, int p, bool bulk) {
+  const std::uint32_t first = static_cast<std::uint32_t>(static_cast<std::size_t>(p) * k_per_producer);
+  std::size_t i = 0;
+  while (i < k_per_producer) {
+    const std::uint32_t id = first + static_cast<std::uint32_t>(i);
+    if (bulk && i % 3 == 0) {  // a burst through try_push_n, the rest one by one
+      std::uint32_t ids[4];
+      const std::size_t n = std::min<std::size_t>(4, k_per_producer - i);
+      for (std::size_t k = 0; k < n; ++k) ids[k] = id + static_cast<std::uint32_t>(k);
+      const std::size_t pushed = s.ch.try_push_n(ids, n);
+      for (std::size_t k = 0; k < pushed; ++k) s.record_push(ids[k], true);
+      i += pushed;
+      if (pushed != 0) continue;
+    }
+    s.record_push(id, co_await s.ch.push(id));
+    ++i;
+  }
+  s.producers_done.fetch_add(1, std::memory_order_release);
+}
+
+weft::task<void> task_consumer(shared_state& s, bool bulk) {
+  if (bulk) {
+    std::vector<std::uint32_t> got;
+    for (;;) {
+      got.clear();
+      if (co_await s.ch.pull_n(std::back_inserter(got), 5) == 0) break;
+      for (auto id : got) s.take(id);
+    }
+  } else {
+    while (auto id = co_await s.ch.pull()) s.take(*id);
+  }
+}
+
+weft::task<void> run_tasks(weft::thread_pool& consumer_pool, shared_state& s) {
+  weft::fork_group<void> producers;
+  for (int p = 0; p < k_task_producers; ++p) producers.fork(task_producer(s, p, p == 0));
+  // Consumers live on the other pool: their wake-ups cross executors.
+  std::thread consumers([&] {
+    auto body = [&]() -> weft::task<void> {
+      weft::fork_group<void> g;
+      g.fork(task_consumer(s, false));
+      g.fork(task_consumer(s, true));
+      co_await task_consumer(s, false);
+      co_await g.join();
+    };
+    weft::sync_wait(consumer_pool, body());
+  });
+  co_await producers.join();
+  consumers.join();  // blocks this worker until the close: fine, the pool has others
+}
+
+void one_round(std::mt19937& rng, std::size_t capacity) {
+  weft::thread_pool producer_pool{{.threads = 2}};
+  weft::thread_pool consumer_pool{{.threads = 2}};
+  shared_state s{capacity};
+  const std::size_t total = k_per_producer * k_producers;
+  const std::size_t close_after = std::uniform_int_distribution<std::size_t>{0, total + total / 4}(rng);
+
+  std::thread thread_producer([&] {
+    const auto first = static_cast<std::uint32_t>(k_task_producers * k_per_producer);
+    for (std::size_t i = 0; i < k_per_producer; ++i) {
+      const std::uint32_t id = first + static_cast<std::uint32_t>(i);
+      s.record_push(id, i % 2 == 0 ? s.ch.push_wait(id) : s.ch.try_push(id) == weft::channel_status::ok);
+      if (i % 2 == 1 && s.accepted[id] == 0 && !s.ch.closed()) s.record_push(id, s.ch.push_wait(id));
+    }
+    s.producers_done.fetch_add(1, std::memory_order_release);
+  });
+  std::thread thread_consumer([&] {
+    std::uint32_t id = 0;
+    for (;;) {
+      const auto st = s.ch.try_pull(id);
+      if (st == weft::channel_status::ok) {
+        s.take(id);
+      } else if (st == weft::channel_status::closed) {
+        break;
+      } else if (auto v = s.ch.pull_wait()) {
+        s.take(*v);
+      } else {
+        break;
+      }
+    }
+  });
+  std::thread closer([&] {
+    while (s.delivered_total.load(std::memory_order_relaxed) < close_after &&
+           s.producers_done.load(std::memory_order_acquire) < k_producers)
+      std::this_thread::yield();
+    s.ch.close();
+  });
+
+  std::thread tasks([&] { weft::sync_wait(producer_pool, run_tasks(consumer_pool, s)); });
+  thread_producer.join();
+  closer.join();
+  thread_consumer.join();
+  tasks.join();
+
+  std::size_t accepted = 0, delivered = 0, mismatched = 0, duplicated = 0;
+  for (std::size_t id = 0; id < total; ++id) {
+    const unsigned d = s.delivered[id].load();
+    accepted += s.accepted[id];
+    delivered += d;
+    if (d > 1) ++duplicated;
+    if (d != s.accepted[id]) ++mismatched;
+  }
+  INFO("capacity " << capacity << ", close after " << close_after << " of " << total);
+  CHECK(duplicated == 0);
+  CHECK(mismatched == 0);  // delivered exactly when accepted: nothing lost, nothing invented
+  CHECK(delivered == accepted);
+  CHECK(accepted <= total);
+  std::uint32_t leftover = 0;
+  CHECK(s.ch.try_pull(leftover) == weft::channel_status::closed);  // drained
+}
+
+}  // namespace
+
+TEST_CASE("channel stress: exactly-once delivery with a close at a random moment", "[channel][stress]") {
+  std::mt19937 rng{20261202};
+  const int rounds = weft_test::rounds(16, 4);
+  for (int r = 0; r < rounds; ++r) {
+    for (std::size_t capacity : {std::size_t{1}, std::size_t{3}, std::size_t{64}, weft::channel<int>::unbounded})
+      one_round(rng, capacity);
+  }
+}
