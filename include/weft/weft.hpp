@@ -4,6 +4,7 @@
 #include "weft/config.hpp"
 #include "weft/executor.hpp"
 #include "weft/fork_group.hpp"
+#include "weft/group.hpp"
 #include "weft/pool.hpp"
 #include "weft/post.hpp"
 #include "weft/resume_on.hpp"
