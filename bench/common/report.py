@@ -118,7 +118,7 @@ def write_json(path, root, cxx, args, records):
     path.write_text(json.dumps(doc, indent=1) + "\n")
 
 
-COLORS = {"seq": "#8c8c8c", "fj": "#1f6fb4", "tbb": "#e07b1a", "omp": "#3a9a4a"}
+COLORS = {"seq": "#8c8c8c", "fj": "#1f6fb4", "gs": "#7b3fa0", "tbb": "#e07b1a", "omp": "#3a9a4a"}
 
 
 def write_svg(path, w, records, runs):

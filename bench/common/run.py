@@ -33,7 +33,7 @@ class Workload:
     peers: tuple = ("tbb", "omp")  # "vs peer" is over the best of these
 
 
-COMPUTE = ("seq", "fj", "tbb", "omp")
+COMPUTE = ("seq", "fj", "gs", "tbb", "omp")
 WORKLOADS = [
     Workload("fib", COMPUTE, 39, 30, "n={}"),
     Workload("skynet", COMPUTE, 100_000_000, 1_000_000, "{:,} leaves"),
