@@ -204,13 +204,32 @@ struct runner {
     after_switch(from);
   }
 
-  /// Suspends `from` (queued in `suspended`) and runs member `m` on a new fiber.
-  void start_fiber(exec_context& from, std::uint32_t m) {
-    bc::stack_context sc = salloc.allocate();
+  /// Suspends `from` (a barrier waiter) and runs member `m` on a new fiber. If no fiber
+  /// can be made, the group fails with that error and `m` counts as finished.
+  void start_fiber(exec_context& from, std::uint32_t m) noexcept {
+    bc::fiber f;
+    bc::stack_context sc{};
+    try {
+      sc = salloc.allocate();
+      f = make_fiber(sc, m);
+    } catch (...) {
+      if (sc.sp != nullptr) salloc.deallocate(sc);
+      fail_member(m, std::current_exception());
+      return;
+    }
+    suspended.push_back(&from);
+    ++live_fibers;
+    before_switch(from, fiber_bottom, fiber_size, fiber_tsan, false);
+    (void)std::move(f).resume();
+    after_switch(from);
+  }
+
+  const void* fiber_bottom = nullptr;  // of the fiber make_fiber made last
+  std::size_t fiber_size = 0;
+  void* fiber_tsan = nullptr;
+
+  bc::fiber make_fiber(bc::stack_context sc, std::uint32_t m) {
     void* tsan = nullptr;
-#if WEFT_TSAN
-    tsan = __tsan_create_fiber(0);
-#endif
     const void* bottom = static_cast<char*>(sc.sp) - sc.size;
     const std::size_t size = sc.size;
     bc::fiber f(std::allocator_arg, bc::preallocated(sc.sp, sc.size, sc), salloc,
@@ -233,10 +252,13 @@ struct runner {
                   before_switch(self, home.stack_bottom, home.stack_size, home.tsan_fiber, true);
                   return to;
                 });
-    ++live_fibers;
-    before_switch(from, bottom, size, tsan, false);
-    (void)std::move(f).resume();
-    after_switch(from);
+#if WEFT_TSAN
+    tsan = __tsan_create_fiber(0);  // last: nothing can throw after it
+#endif
+    fiber_bottom = bottom;
+    fiber_size = size;
+    fiber_tsan = tsan;
+    return f;
   }
 
   /// A suspended context that can go on with the barrier word `w`, taken off the queue.
@@ -261,6 +283,8 @@ struct runner {
   }
 
   void run_member(exec_context& ctx, std::uint32_t m) noexcept;
+  void fail_member(std::uint32_t m, std::exception_ptr e) noexcept;
+  void member_done() noexcept;
 };
 
 // ---- the barrier ---------------------------------------------------------------------
@@ -340,7 +364,6 @@ void wait_phase(group_state& s, exec_context& ctx, std::uint16_t phase, bool can
     if (claimable && (s.m_pending_runners.load(std::memory_order_relaxed) == 0 || spins >= k_patience)) {
       std::uint32_t m = 0;
       if (r.st_claim_member(m)) {
-        r.suspended.push_back(&ctx);
         r.start_fiber(ctx, m);
         spins = 0;
       }
@@ -396,6 +419,15 @@ void runner::run_member(exec_context& ctx, std::uint32_t m) noexcept {
       fail(st, std::current_exception());
     }
   }
+  member_done();
+}
+
+void runner::fail_member(std::uint32_t, std::exception_ptr e) noexcept {
+  fail(st, std::move(e));
+  member_done();
+}
+
+void runner::member_done() noexcept {
   drop(st);
   // acq_rel: the last one sees every member's writes (results, m_error) before completing.
   if (st.m_remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) {
