@@ -50,25 +50,15 @@
 #include <stdexcept>
 #include <string>
 
-#include <boost/context/fiber.hpp>
-#include <boost/context/protected_fixedsize_stack.hpp>
-
+#include "group_impl.hpp"
 #include "weft/config.hpp"
 #include "weft/group.hpp"
 #include "weft/pool.hpp"
 #include "weft/task.hpp"
 
-#if WEFT_ASAN
-#  include <sanitizer/asan_interface.h>
-#  include <sanitizer/common_interface_defs.h>
-#endif
-#if WEFT_TSAN
-#  include <sanitizer/tsan_interface.h>
-#endif
-
 namespace weft::detail {
 
-namespace bc = boost::context;
+constinit thread_local exec_context* t_ctx = nullptr;
 
 static_assert(std::endian::native == std::endian::little, "the barrier futex is the word's high half");
 
@@ -78,10 +68,6 @@ constexpr unsigned k_spins = 2048;       // pause rounds before yielding
 constexpr unsigned k_yields = 64;        // sched_yield rounds before sleeping
 constexpr unsigned k_patience = k_spins;  // before taking over a member a queued runner would run
 constexpr std::size_t k_default_stack = WEFT_SANITIZED ? (std::size_t{1} << 20) : (std::size_t{256} << 10);
-
-std::uint16_t phase_of(std::uint64_t w) noexcept { return static_cast<std::uint16_t>(w >> k_phase_shift); }
-std::uint64_t arrived_of(std::uint64_t w) noexcept { return w & k_arrived_mask; }
-std::uint64_t expected_of(std::uint64_t w) noexcept { return (w & k_expected_mask) >> k_expected_shift; }
 
 std::uint32_t* futex_word(group_state& s) noexcept {
   return reinterpret_cast<std::uint32_t*>(&s.m_barrier) + 1;  // the high half: phase and cancel bit
@@ -98,194 +84,22 @@ void wake_sleepers(group_state& s) noexcept {
     syscall(SYS_futex, futex_word(s), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
 }
 
-/// A guarded fiber stack; under ASan its shadow is cleared before unmapping, so a
-/// later stack at the same address starts clean.
-class stack_allocator {
- public:
-  explicit stack_allocator(std::size_t size) : m_impl(size) {}
-  bc::stack_context allocate() { return m_impl.allocate(); }
-  void deallocate(bc::stack_context& sc) noexcept {
-#if WEFT_ASAN
-    ASAN_UNPOISON_MEMORY_REGION(static_cast<char*>(sc.sp) - sc.size, sc.size);
-#endif
-    m_impl.deallocate(sc);
-  }
-
- private:
-  bc::protected_fixedsize_stack m_impl;
-};
-
 }  // namespace
 
-struct runner;
-
-/// A stack that runs members: a runner's own ("home") or one of its fibers.
-struct exec_context {
-  group_state* state = nullptr;
-  runner* owner = nullptr;
-  bc::fiber cont;  // while suspended: how to resume it
-  std::uint16_t wait_phase = 0;
-  bool wait_cancellable = true;
-  // Sanitizer bookkeeping: the stack's bounds (home: learned at its first switch).
-  void* asan_fake = nullptr;
-  const void* stack_bottom = nullptr;
-  std::size_t stack_size = 0;
-  void* tsan_fiber = nullptr;
-};
-
-namespace {
-constinit thread_local exec_context* t_ctx = nullptr;  // the context running a member here
+void backoff(group_state& s, std::uint64_t w, unsigned& spins, bool may_sleep) noexcept {
+  ++spins;
+  if (spins < k_spins) {
+    _mm_pause();
+  } else if (spins < k_spins + k_yields || !may_sleep) {
+    sched_yield();
+  } else {
+    const auto high = static_cast<std::uint32_t>(w >> 32);
+    s.m_sleepers.fetch_add(1, std::memory_order_seq_cst);
+    if (static_cast<std::uint32_t>(s.m_barrier.load(std::memory_order_seq_cst) >> 32) == high)
+      futex_wait_high(s, high);
+    s.m_sleepers.fetch_sub(1, std::memory_order_relaxed);
+  }
 }
-
-/// One runner: runs members on its thread, on its own stack and on fibers.
-struct runner {
-  explicit runner(group_state& s) : st(s), salloc(s.m_stack_size) {
-    home.state = &s;
-    home.owner = this;
-#if WEFT_TSAN
-    home.tsan_fiber = __tsan_get_current_fiber();
-#endif
-  }
-
-  group_state& st;
-  exec_context home;
-  std::vector<exec_context*> suspended;  // contexts waiting at a barrier
-  std::uint32_t live_fibers = 0;
-  exec_context* switch_from = nullptr;  // the context that switched last (null: it died)
-  void* dead_tsan = nullptr;            // TSan fiber of a finished fiber, destroyed by the next one
-  bool completer = false;
-  stack_allocator salloc;
-
-  // ---- switching ---------------------------------------------------------------------
-
-  void before_switch(exec_context& from, const void* to_bottom, std::size_t to_size, void* to_tsan,
-                     bool dying) noexcept {
-#if WEFT_ASAN
-    __sanitizer_start_switch_fiber(dying ? nullptr : &from.asan_fake, to_bottom, to_size);
-#else
-    (void)to_bottom, (void)to_size;
-#endif
-#if WEFT_TSAN
-    if (dying) dead_tsan = from.tsan_fiber;
-    __tsan_switch_to_fiber(to_tsan, 0);
-#else
-    (void)to_tsan;
-#endif
-    switch_from = dying ? nullptr : &from;
-  }
-
-  void after_switch(exec_context& self) noexcept {
-#if WEFT_ASAN
-    const void* bottom = nullptr;
-    std::size_t size = 0;
-    __sanitizer_finish_switch_fiber(self.asan_fake, &bottom, &size);
-    if (switch_from != nullptr && switch_from->stack_bottom == nullptr) {
-      switch_from->stack_bottom = bottom;
-      switch_from->stack_size = size;
-    }
-#endif
-#if WEFT_TSAN
-    if (dead_tsan != nullptr) {
-      __tsan_destroy_fiber(dead_tsan);
-      dead_tsan = nullptr;
-    }
-#endif
-    t_ctx = &self;
-  }
-
-  /// Suspends `from` (already queued where it belongs) and resumes `to`.
-  void switch_to(exec_context& from, exec_context& to) {
-    bc::fiber target = std::move(to.cont);
-    before_switch(from, to.stack_bottom, to.stack_size, to.tsan_fiber, false);
-    (void)std::move(target).resume_with([this](bc::fiber&& caller) -> bc::fiber {
-      switch_from->cont = std::move(caller);
-      return {};
-    });
-    after_switch(from);
-  }
-
-  /// Suspends `from` (a barrier waiter) and runs member `m` on a new fiber. If no fiber
-  /// can be made, the group fails with that error and `m` counts as finished.
-  void start_fiber(exec_context& from, std::uint32_t m) noexcept {
-    bc::fiber f;
-    bc::stack_context sc{};
-    try {
-      sc = salloc.allocate();
-      f = make_fiber(sc, m);
-    } catch (...) {
-      if (sc.sp != nullptr) salloc.deallocate(sc);
-      fail_member(m, std::current_exception());
-      return;
-    }
-    suspended.push_back(&from);
-    ++live_fibers;
-    before_switch(from, fiber_bottom, fiber_size, fiber_tsan, false);
-    (void)std::move(f).resume();
-    after_switch(from);
-  }
-
-  const void* fiber_bottom = nullptr;  // of the fiber make_fiber made last
-  std::size_t fiber_size = 0;
-  void* fiber_tsan = nullptr;
-
-  bc::fiber make_fiber(bc::stack_context sc, std::uint32_t m) {
-    void* tsan = nullptr;
-    const void* bottom = static_cast<char*>(sc.sp) - sc.size;
-    const std::size_t size = sc.size;
-    bc::fiber f(std::allocator_arg, bc::preallocated(sc.sp, sc.size, sc), salloc,
-                [this, m, bottom, size, tsan](bc::fiber&& caller) -> bc::fiber {
-                  exec_context self;
-                  self.state = &st;
-                  self.owner = this;
-                  self.stack_bottom = bottom;
-                  self.stack_size = size;
-                  self.tsan_fiber = tsan;
-                  after_switch(self);
-                  switch_from->cont = std::move(caller);
-                  run_member(self, m);
-                  std::uint32_t next = 0;
-                  while (st_claim_member(next)) run_member(self, next);
-                  --live_fibers;
-                  // Back home; home may be queued as a barrier waiter: it rechecks on resume.
-                  std::erase(suspended, &home);
-                  bc::fiber to = std::move(home.cont);
-                  before_switch(self, home.stack_bottom, home.stack_size, home.tsan_fiber, true);
-                  return to;
-                });
-#if WEFT_TSAN
-    tsan = __tsan_create_fiber(0);  // last: nothing can throw after it
-#endif
-    fiber_bottom = bottom;
-    fiber_size = size;
-    fiber_tsan = tsan;
-    return f;
-  }
-
-  /// A suspended context that can go on with the barrier word `w`, taken off the queue.
-  exec_context* pop_runnable(std::uint64_t w) noexcept {
-    for (std::size_t i = 0; i < suspended.size(); ++i) {
-      exec_context* c = suspended[i];
-      if (phase_of(w) != c->wait_phase || (c->wait_cancellable && (w & k_cancel_bit) != 0)) {
-        suspended[i] = suspended.back();
-        suspended.pop_back();
-        return c;
-      }
-    }
-    return nullptr;
-  }
-
-  // ---- members -----------------------------------------------------------------------
-
-  bool st_claim_member(std::uint32_t& m) noexcept {
-    if (st.m_next_member.load(std::memory_order_relaxed) >= st.m_size) return false;
-    m = st.m_next_member.fetch_add(1, std::memory_order_relaxed);
-    return m < st.m_size;
-  }
-
-  void run_member(exec_context& ctx, std::uint32_t m) noexcept;
-  void fail_member(std::uint32_t m, std::exception_ptr e) noexcept;
-  void member_done() noexcept;
-};
 
 // ---- the barrier ---------------------------------------------------------------------
 
@@ -328,21 +142,6 @@ void drop(group_state& s) noexcept {
   if (arrived_of(nw) != 0 && arrived_of(nw) == expected_of(nw)) (void)complete_phase(s, true);
 }
 
-/// Spin, then yield, then sleep until the word's high half changes.
-void backoff(group_state& s, std::uint64_t w, unsigned& spins, bool may_sleep) noexcept {
-  ++spins;
-  if (spins < k_spins) {
-    _mm_pause();
-  } else if (spins < k_spins + k_yields || !may_sleep) {
-    sched_yield();
-  } else {
-    const auto high = static_cast<std::uint32_t>(w >> 32);
-    s.m_sleepers.fetch_add(1, std::memory_order_seq_cst);
-    if (static_cast<std::uint32_t>(s.m_barrier.load(std::memory_order_seq_cst) >> 32) == high)
-      futex_wait_high(s, high);
-    s.m_sleepers.fetch_sub(1, std::memory_order_relaxed);
-  }
-}
 
 /// Waits (switching to local fibers, starting unclaimed members) until `phase` passed.
 void wait_phase(group_state& s, exec_context& ctx, std::uint16_t phase, bool cancellable) {
@@ -355,7 +154,6 @@ void wait_phase(group_state& s, exec_context& ctx, std::uint16_t phase, bool can
     ctx.wait_phase = phase;
     ctx.wait_cancellable = cancellable;
     if (exec_context* next = r.pop_runnable(w)) {
-      r.suspended.push_back(&ctx);
       r.switch_to(ctx, *next);
       spins = 0;
       continue;
@@ -363,7 +161,7 @@ void wait_phase(group_state& s, exec_context& ctx, std::uint16_t phase, bool can
     const bool claimable = s.m_next_member.load(std::memory_order_relaxed) < s.m_size;
     if (claimable && (s.m_pending_runners.load(std::memory_order_relaxed) == 0 || spins >= k_patience)) {
       std::uint32_t m = 0;
-      if (r.st_claim_member(m)) {
+      if (r.claim_member(m)) {
         r.start_fiber(ctx, m);
         spins = 0;
       }
@@ -438,33 +236,6 @@ void runner::member_done() noexcept {
 }
 
 namespace {
-
-/// Runs members on the calling thread until none is left to claim and its fibers are
-/// done. True when it finished the group's last member.
-bool run_runner(group_state& s) {
-  runner r(s);
-  exec_context* const saved = t_ctx;
-  t_ctx = &r.home;
-  unsigned spins = 0;
-  for (;;) {
-    const std::uint64_t w = s.m_barrier.load(std::memory_order_acquire);
-    if (exec_context* c = r.pop_runnable(w)) {
-      r.switch_to(r.home, *c);
-      spins = 0;
-      continue;
-    }
-    std::uint32_t m = 0;
-    if (r.st_claim_member(m)) {
-      r.run_member(r.home, m);
-      spins = 0;
-      continue;
-    }
-    if (r.live_fibers == 0) break;
-    backoff(s, w, spins, true);  // every fiber waits at a barrier for other runners
-  }
-  t_ctx = saved;
-  return r.completer;
-}
 
 /// The coroutine a posted runner is: runs run_runner, then hands the thread on.
 struct runner_task {

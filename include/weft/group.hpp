@@ -233,9 +233,14 @@ class [[nodiscard]] dispatch_awaitable {
 /// inline on that member's thread, its members on fibers (no other worker is asked, so
 /// it cannot deadlock against the outer group). Thread-safe.
 ///
-/// Throws (from co_await) std::invalid_argument for more than 8,388,607 members,
-/// std::out_of_range for a priority >= ex.priorities(), shutdown_error if `ex` no
-/// longer accepts work.
+/// Throws std::invalid_argument for more than 8,388,607 members and std::out_of_range
+/// for a priority >= ex.priorities() (from dispatch() itself); shutdown_error (from
+/// co_await) if `ex` no longer accepts work and no runner could start.
+///
+/// Barrier waits spin a bounded time, then yield, then sleep on a futex; a waiting
+/// member first runs local fibers that can go on, and takes over members that no
+/// runner started (at once when no posted runner is still queued, after ~2k spins
+/// otherwise).
 template <class Kernel>
 dispatch_awaitable<std::decay_t<Kernel>> dispatch(executor& ex, group_options opts, Kernel&& kernel) {
   detail::check_kernel<std::decay_t<Kernel>>();
