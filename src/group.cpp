@@ -199,6 +199,10 @@ void throw_if_cancelled(const group_state& s) {
 
 void throw_zero_chunk() { throw std::invalid_argument("weft::group::claim: chunk must be at least 1"); }
 
+void throw_root_gone(std::size_t root) {
+  throw std::logic_error("weft::group::broadcast: root " + std::to_string(root) + " returned from the kernel already");
+}
+
 void throw_bad_root(std::size_t root, std::size_t size) {
   throw std::out_of_range("weft::group::broadcast: root " + std::to_string(root) + " is not a member (size " +
                           std::to_string(size) + ")");

@@ -121,44 +121,54 @@ class group {
   /// (every member passes the same range).
   void next_phase(std::size_t range) { detail::group_barrier(*m_state, *m_ctx, range, true); }
 
-  /// Combines every member's `value` with `op` in index order (op(op(v0, v1), v2)...)
-  /// and returns the result to every member. A collective: every member must call it.
+  /// Combines the `value`s of the members that call it, with `op`, in index order
+  /// (op(op(v0, v1), v2)...), and returns the result to each of them. A collective:
+  /// every member that has not returned from the kernel must call it (members that
+  /// returned already are left out).
   template <class T, class Op>
   T reduce(T value, Op op) {
-    m_state->m_slots[m_index] = std::addressof(value);
+    const void*& mine = m_state->m_slots[m_index];
+    mine = std::addressof(value);
     barrier();
     std::optional<T> acc;
     std::exception_ptr error;
     try {
-      acc.emplace(*static_cast<const T*>(m_state->m_slots[0]));
-      for (std::size_t i = 1; i < size(); ++i)
-        acc.emplace(std::invoke(op, std::move(*acc), *static_cast<const T*>(m_state->m_slots[i])));
+      for (const void* slot : m_state->m_slots) {
+        if (slot == nullptr) continue;  // a member that finished
+        if (acc) acc.emplace(std::invoke(op, std::move(*acc), *static_cast<const T*>(slot)));
+        else acc.emplace(*static_cast<const T*>(slot));
+      }
     } catch (...) {
       error = std::current_exception();
     }
     // Nobody may leave (and destroy its value) while another member still reads it.
     detail::group_barrier(*m_state, *m_ctx, detail::k_no_rearm, false);
+    mine = nullptr;  // read by nobody until the next collective's first barrier
     if (error) std::rethrow_exception(error);
     detail::throw_if_cancelled(*m_state);
     return std::move(*acc);
   }
 
   /// Returns member `root`'s `value` to every member (the others' values are ignored).
-  /// A collective: every member must call it with the same root. Throws
-  /// std::out_of_range for root >= size().
+  /// A collective: every member that has not returned must call it with the same root.
+  /// Throws std::out_of_range for root >= size(), std::logic_error if `root` returned
+  /// from the kernel already.
   template <class T>
   T broadcast(T value, std::size_t root = 0) {
     if (root >= size()) detail::throw_bad_root(root, size());
-    if (m_index == root) m_state->m_slots[root] = std::addressof(value);
+    const void*& slot = m_state->m_slots[root];
+    if (m_index == root) slot = std::addressof(value);
     barrier();
     std::optional<T> copy;
     std::exception_ptr error;
     try {
-      copy.emplace(*static_cast<const T*>(m_state->m_slots[root]));
+      if (slot == nullptr) detail::throw_root_gone(root);
+      copy.emplace(*static_cast<const T*>(slot));
     } catch (...) {
       error = std::current_exception();
     }
     detail::group_barrier(*m_state, *m_ctx, detail::k_no_rearm, false);
+    if (m_index == root) slot = nullptr;
     if (error) std::rethrow_exception(error);
     detail::throw_if_cancelled(*m_state);
     return std::move(*copy);

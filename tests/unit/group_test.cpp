@@ -132,6 +132,29 @@ TEMPLATE_LIST_TEST_CASE("group: reduce combines in index order; broadcast from a
   }
 }
 
+TEMPLATE_LIST_TEST_CASE("group: members that returned are left out of barriers and reduce", "[group][fiber]",
+                        weft_test::all_executors) {
+  auto pool = TestType::make();
+  std::atomic<int> good{0};
+  std::atomic<int> root_gone{0};
+  run_on(pool, [&]() -> weft::task<void> {
+    co_await weft::dispatch(pool, {.members = 7}, [&](weft::group& g) {
+      if (g.index() % 2 == 1) return;  // odd members leave at once
+      g.barrier();
+      const auto sum = g.reduce(g.index(), std::plus<>{});  // 0 + 2 + 4 + 6
+      const auto again = g.reduce(std::size_t{1}, std::plus<>{});
+      if (sum == 12 && again == 4) good.fetch_add(1);
+      try {
+        (void)g.broadcast(5, 1);
+      } catch (const std::logic_error&) {
+        root_gone.fetch_add(1);
+      }
+    });
+  }());
+  CHECK(good.load() == 4);
+  CHECK(root_gone.load() == 4);
+}
+
 TEMPLATE_LIST_TEST_CASE("group: shared object built once, destroyed after the last member", "[group]",
                         weft_test::all_executors) {
   auto pool = TestType::make();

@@ -97,7 +97,7 @@ class group_state {
   alignas(k_cache_line) std::atomic<bool> m_failed{false};
   std::exception_ptr m_error;  // the first member exception; written once, before m_remaining drops
 
-  std::vector<const void*> m_slots;  // reduce/broadcast: one value address per member
+  std::vector<const void*> m_slots;  // reduce/broadcast: one value address per member, null between collectives
   std::mutex m_shared_mutex;
   std::vector<shared_entry> m_shared;  // group::shared objects, in construction order
 };
@@ -117,5 +117,6 @@ void group_barrier(group_state& s, exec_context& ctx, std::size_t rearm, bool ca
 void throw_if_cancelled(const group_state& s);
 [[noreturn]] void throw_zero_chunk();
 [[noreturn]] void throw_bad_root(std::size_t root, std::size_t size);
+[[noreturn]] void throw_root_gone(std::size_t root);
 
 }  // namespace weft::detail
