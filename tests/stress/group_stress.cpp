@@ -61,7 +61,7 @@ TEST_CASE("group stress: concurrent groups, fibers, failures", "[group][stress]"
   for (std::size_t threads : {std::size_t{2}, std::size_t{4}}) {
     weft::thread_pool pool{{.threads = threads, .priorities = 3}};
     std::atomic<int> claimed_twice{0};
-    const int rounds = weft_test::rounds(60, 12);
+    const int rounds = weft_test::rounds(100, 30);
     for (int round = 0; round < rounds; ++round) {
       constexpr int k_groups = 8;
       std::vector<std::size_t> fail_at(k_groups);
