@@ -1,5 +1,6 @@
-// src/group.cpp: group-shared dispatch (weft/group.hpp): runners, member fibers, the
-// barrier.
+// src/group.cpp: group-shared dispatch (weft/group.hpp): the group's state, claims,
+// the barrier, starting and completing a group. The runners and their member fibers
+// (every stack switch) are in src/group_runner.cpp.
 //
 // Protocol
 // --------
@@ -32,7 +33,7 @@
 // * Fibers are Boost.Context fibers with guarded stacks, owned by one runner and never
 //   migrating. They switch only at barrier operations and when a fiber's members are
 //   done (it returns to the runner's own stack, "home", which waits until its fibers
-//   are done too). Under ASan and TSan every switch is annotated.
+//   are done too). Under ASan and TSan every switch is annotated (group_runner.cpp).
 // * Completion: m_remaining counts unfinished members; the member that takes it to 0
 //   destroys the shared objects and makes its runner the completer. A posted completer
 //   resumes the awaiting coroutine by symmetric transfer (or on its home executor); an

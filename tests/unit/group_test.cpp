@@ -4,6 +4,7 @@
 #include <weft/group.hpp>
 
 #include <weft/pool.hpp>
+#include <weft/post.hpp>
 #include <weft/spawn_many.hpp>
 #include <weft/sync_wait.hpp>
 
@@ -320,6 +321,44 @@ TEMPLATE_LIST_TEST_CASE("group: many groups in flight from fork-join tasks, at s
     const std::uint64_t n = 1000 + i;
     CHECK(sums[i] == n * (n - 1) / 2);
   }
+}
+
+TEST_CASE("group: a barrier never waits for a member queued behind a busy worker", "[group][fiber]") {
+  weft::thread_pool pool{{.threads = 2}};
+  weft_test::gate started, release;
+  weft::post(pool, weft_test::hold_worker(started, release));
+  started.wait();  // one worker is held until the group is done
+  std::atomic<int> violations{0};
+  std::vector<std::atomic<int>> slot(2);
+  weft::sync_wait(pool, [&]() -> weft::task<void> {
+    co_await weft::dispatch(pool, {.members = 2}, [&](weft::group& g) {
+      for (int phase = 1; phase <= 20; ++phase) {
+        slot[g.index()].store(phase);
+        g.barrier();
+        if (slot[0].load() != phase || slot[1].load() != phase) violations.fetch_add(1);
+        g.barrier();
+      }
+    });
+  }());
+  release.open();
+  CHECK(violations.load() == 0);
+}
+
+TEST_CASE("group: dispatch to another executor resumes on the dispatcher's own", "[group]") {
+  weft::thread_pool home{{.threads = 1}};
+  weft::thread_pool other{{.threads = 2}};
+  std::atomic<int> on_other{0};
+  const bool back_home = weft::sync_wait(home, [&]() -> weft::task<bool> {
+    co_await weft::dispatch(other, {.members = 3, .range = 30}, [&](weft::group& g) {
+      if (other.owns_current_thread()) on_other.fetch_add(1);
+      for (auto r = g.claim(2); r; r = g.claim(2)) {
+      }
+      g.barrier();
+    });
+    co_return home.owns_current_thread();
+  }());
+  CHECK(back_home);
+  CHECK(on_other.load() == 3);
 }
 
 TEST_CASE("group: dispatch_inline on a plain thread; bad arguments", "[group]") {
