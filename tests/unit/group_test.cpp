@@ -324,8 +324,8 @@ TEMPLATE_LIST_TEST_CASE("group: many groups in flight from fork-join tasks, at s
 }
 
 TEST_CASE("group: a barrier never waits for a member queued behind a busy worker", "[group][fiber]") {
+  weft_test::gate started, release;  // outlive the pool, whose worker waits on them
   weft::thread_pool pool{{.threads = 2}};
-  weft_test::gate started, release;
   weft::post(pool, weft_test::hold_worker(started, release));
   started.wait();  // one worker is held until the group is done
   std::atomic<int> violations{0};
