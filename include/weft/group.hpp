@@ -15,7 +15,8 @@
 // runner starts them itself on Boost.Context fibers and switches between them at
 // barrier(). So a barrier never waits for a member that cannot start, and the same
 // kernel gives the same answer on 1 worker as on 64. How the runners, fibers and the
-// barrier work: src/group.cpp.
+// barrier work: the protocol essay at the top of src/group.cpp (switching itself:
+// src/group_runner.cpp).
 #pragma once
 
 #include <coroutine>
@@ -258,8 +259,8 @@ dispatch_awaitable<std::decay_t<Kernel>> dispatch(executor& ex, group_options op
 }
 
 /// Runs `kernel` as a group entirely on the calling thread and returns when every
-/// member returned (or rethrows the first exception). Members beyond the first run on
-/// fibers switched at barrier operations. Usable anywhere: in a plain function, inside
+/// member returned (or rethrows the first exception). Members run one after the other;
+/// one that waits at a barrier operation switches to the others, started on fibers. Usable anywhere: in a plain function, inside
 /// a member of another group (the nested-group form), on a worker. `opts.members == 0`
 /// means 1; `opts.priority` is ignored. Thread-safe.
 template <class Kernel>
