@@ -2,11 +2,13 @@
 // Every flavor forks fib(n-1) and runs fib(n-2) inline, down to n < 2.
 #include <cstdint>
 #include <utility>
+#include <vector>
 
 #include <tbb/task_group.h>
 
 #include "common/driver.hpp"
 #include "common/executors.hpp"
+#include "common/gs.hpp"
 
 namespace {
 
@@ -44,6 +46,26 @@ weft::task<std::uint64_t> fib_fj(std::uint64_t n) {
   co_return b + co_await a;
 }
 
+/// gs: the recursion's frontier at depth k_gs_depth (or its leaves above it) as a
+/// flat list of subproblems n'; the group claims them one by one, runs fib_seq(n') on
+/// each and sums with reduce. The calls are those of fib_seq(n), regrouped.
+constexpr int k_gs_depth = 10;
+
+void fib_frontier(std::uint64_t n, int depth, std::vector<std::uint64_t>& out) {
+  if (depth == 0 || n < 2) {
+    out.push_back(n);
+    return;
+  }
+  fib_frontier(n - 1, depth - 1, out);
+  fib_frontier(n - 2, depth - 1, out);
+}
+
+std::uint64_t fib_gs(int threads, std::uint64_t n) {
+  std::vector<std::uint64_t> items;
+  fib_frontier(n, k_gs_depth, items);
+  return weft_bench::gs_sum(threads, items.size(), 1, [&items](std::size_t i) { return fib_seq(items[i]); });
+}
+
 std::uint64_t fib_answer(std::uint64_t n) {
   std::uint64_t a = 0, b = 1;
   for (std::uint64_t i = 0; i < n; ++i) b = std::exchange(a, b) + b;
@@ -61,6 +83,7 @@ const weft_bench::workload<std::uint64_t> k_fib{
     .flavors = {
         {"seq", [](int, std::uint64_t n) { return fib_seq(n); }},
         {"fj", [](int t, std::uint64_t n) { return weft::sync_wait(weft_bench::weft_pool(t), fib_fj(n)); }},
+        {"gs", fib_gs},
         {"tbb", [](int t, std::uint64_t n) {
            std::uint64_t r = 0;
            tbb_arena(t).execute([&r, n] { r = fib_tbb(n); });

@@ -19,6 +19,7 @@
 
 #include "common/driver.hpp"
 #include "common/executors.hpp"
+#include "common/gs.hpp"
 
 namespace {
 
@@ -106,6 +107,40 @@ weft::task<void> matmul_fj(product p) {
   }
 }
 
+/// gs: the top level's two phases, each flattened into claimable C tiles of side
+/// k_gs_tile: in phase k a tile does C_tile += A[tile rows, k-th half] * B[k-th half,
+/// tile cols] as a row of square products of side k_gs_tile, each run by matmul_seq
+/// (so the same multiply_block calls as seq, regrouped). A barrier (next_phase)
+/// separates the two phases, which write the same C tiles.
+constexpr int k_gs_tile = 128;
+
+void matmul_gs(int threads, const product& p) {
+  if (p.n <= k_base) {
+    weft_bench::gs_dispatch(threads, 1, [&p](weft::group& g) {
+      for (auto r = g.claim(1); r; r = g.claim(1)) multiply_block(p.a, p.b, p.c, p.n, p.stride);
+    });
+    return;
+  }
+  const int half = p.n / 2;
+  const int tile = std::min(half, k_gs_tile);
+  const int per_side = p.n / tile;
+  const std::size_t tiles = static_cast<std::size_t>(per_side) * per_side;
+  const int s = p.stride;
+  weft_bench::gs_dispatch(threads, tiles, [&](weft::group& g) {
+    for (int k = 0; k < 2; ++k) {
+      if (k == 1) g.next_phase(tiles);
+      for (auto r = g.claim(1); r; r = g.claim(1)) {
+        for (std::size_t t : r) {
+          const int ti = static_cast<int>(t) / per_side, tj = static_cast<int>(t) % per_side;
+          for (int kk = k * half; kk < (k + 1) * half; kk += tile) {
+            matmul_seq({p.a + ti * tile * s + kk, p.b + kk * s + tj * tile, p.c + ti * tile * s + tj * tile, tile, s});
+          }
+        }
+      }
+    }
+  });
+}
+
 /// An n x n int matrix in its own anonymous mapping (huge pages advised). malloc would serve a run's
 /// matrices from fresh pages or from reused heap depending on its history (its
 /// mmap threshold moves), so one flavor paid ~190 page faults a run at N = 256 and
@@ -172,6 +207,9 @@ const weft_bench::workload<matrix> k_matmul{
            return multiply_ones(n, [t](const product& p) {
              weft::sync_wait(weft_bench::weft_pool(t), matmul_fj(p));
            });
+         }},
+        {"gs", [](int t, std::uint64_t n) {
+           return multiply_ones(n, [t](const product& p) { matmul_gs(t, p); });
          }},
         {"tbb", [](int t, std::uint64_t n) {
            return multiply_ones(n, [t](const product& p) { tbb_arena(t).execute([&p] { matmul_tbb(p); }); });

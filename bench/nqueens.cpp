@@ -2,13 +2,16 @@
 // default n = 14. Each node is a board with `row` queens placed, one per row;
 // it forks one child per column of the next row that no queen attacks, so up
 // to n children. The board travels by value, as in the runtime-benchmarks suite.
+#include <algorithm>
 #include <array>
 #include <cstdint>
+#include <vector>
 
 #include <tbb/task_group.h>
 
 #include "common/driver.hpp"
 #include "common/executors.hpp"
+#include "common/gs.hpp"
 
 namespace {
 
@@ -101,6 +104,33 @@ weft::task<int> nqueens_fj(int n, int row, board b) {
   co_return total;
 }
 
+/// gs: every valid board with the first k_gs_rows rows placed (fewer for small n) is
+/// one item of a flat list; the group claims them, counts each with nqueens_seq and
+/// sums with reduce. The nodes below the list are exactly nqueens_seq's.
+constexpr int k_gs_rows = 3;
+
+void nqueens_frontier(int n, int row, int rows, board b, std::vector<board>& out) {
+  if (row == rows) {
+    out.push_back(b);
+    return;
+  }
+  for (int col = 0; col < n; ++col) {
+    if (!fits(b, row, col)) continue;
+    b[row] = static_cast<char>(col);
+    nqueens_frontier(n, row + 1, rows, b, out);
+  }
+}
+
+std::uint64_t nqueens_gs(int threads, std::uint64_t size) {
+  const int n = static_cast<int>(size);
+  const int rows = std::min(n, k_gs_rows);
+  std::vector<board> items;
+  nqueens_frontier(n, 0, rows, {}, items);
+  return weft_bench::gs_sum(threads, items.size(), 1, [&items, n, rows](std::size_t i) -> std::uint64_t {
+    return static_cast<std::uint64_t>(nqueens_seq(n, rows, items[i]));
+  });
+}
+
 const weft_bench::workload<std::uint64_t> k_nqueens{
     .name = "nqueens",
     .size_meaning = "n, the board's side, 1..14",
@@ -114,6 +144,7 @@ const weft_bench::workload<std::uint64_t> k_nqueens{
         {"fj", [](int t, std::uint64_t n) -> std::uint64_t {
            return weft::sync_wait(weft_bench::weft_pool(t), nqueens_fj(int(n), 0, {}));
          }},
+        {"gs", nqueens_gs},
         {"tbb", [](int t, std::uint64_t n) -> std::uint64_t {
            int r = 0;
            tbb_arena(t).execute([&r, n] { r = nqueens_tbb(int(n), 0, {}); });

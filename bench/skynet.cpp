@@ -10,6 +10,7 @@
 
 #include "common/driver.hpp"
 #include "common/executors.hpp"
+#include "common/gs.hpp"
 
 namespace {
 
@@ -64,6 +65,17 @@ weft::task<std::uint64_t> skynet_fj(std::uint64_t first, std::uint64_t leaves) {
   co_return sum(co_await weft::spawn_many(std::move(children)));
 }
 
+/// gs: the nodes k_gs_levels levels down (10^k of them, or the leaves) are a flat
+/// index space; the group claims them, runs skynet_seq on each and sums with reduce.
+constexpr int k_gs_levels = 3;
+
+std::uint64_t skynet_gs(int threads, std::uint64_t leaves) {
+  std::uint64_t nodes = 1;
+  for (int l = 0; l < k_gs_levels && nodes < leaves; ++l) nodes *= k_fanout;
+  const std::uint64_t step = leaves / nodes;
+  return weft_bench::gs_sum(threads, nodes, 1, [step](std::size_t i) { return skynet_seq(i * step, step); });
+}
+
 bool power_of_ten(std::uint64_t n) {
   while (n >= k_fanout && n % k_fanout == 0) n /= k_fanout;
   return n == 1;
@@ -80,6 +92,7 @@ const weft_bench::workload<std::uint64_t> k_skynet{
     .flavors = {
         {"seq", [](int, std::uint64_t n) { return skynet_seq(0, n); }},
         {"fj", [](int t, std::uint64_t n) { return weft::sync_wait(weft_bench::weft_pool(t), skynet_fj(0, n)); }},
+        {"gs", skynet_gs},
         {"tbb", [](int t, std::uint64_t n) {
            std::uint64_t r = 0;
            tbb_arena(t).execute([&r, n] { r = skynet_tbb(0, n); });

@@ -210,7 +210,7 @@ def compare(old_doc, new_doc):
     return "\n".join(lines), regressions
 
 
-COLORS = {"seq": "#8c8c8c", "fj": "#1f6fb4", "tbb": "#e07b1a", "omp": "#3a9a4a"}
+COLORS = {"seq": "#8c8c8c", "fj": "#1f6fb4", "gs": "#7b3fa0", "tbb": "#e07b1a", "omp": "#3a9a4a"}
 
 
 def write_svg(path, w, records, runs):

@@ -39,7 +39,7 @@ class Workload:
     baseline_1t_only: bool = True  # a sequential baseline runs at 1 thread only
 
 
-COMPUTE = ("seq", "fj", "tbb", "omp")
+COMPUTE = ("seq", "fj", "gs", "tbb", "omp")
 WORKLOADS = [
     Workload("fib", COMPUTE, 39, 30, "n={}"),
     Workload("skynet", COMPUTE, 100_000_000, 1_000_000, "{:,} leaves"),

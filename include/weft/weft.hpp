@@ -7,6 +7,7 @@
 #include "weft/event.hpp"
 #include "weft/executor.hpp"
 #include "weft/fork_group.hpp"
+#include "weft/group.hpp"
 #include "weft/latch.hpp"
 #include "weft/mutex.hpp"
 #include "weft/pool.hpp"
