@@ -3,6 +3,7 @@
 
 #include "weft/config.hpp"
 #include "weft/executor.hpp"
+#include "weft/fiber.hpp"
 #include "weft/fork_group.hpp"
 #include "weft/pool.hpp"
 #include "weft/post.hpp"
