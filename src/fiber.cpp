@@ -397,6 +397,11 @@ void report_fiber_exception(std::exception_ptr e) noexcept {
   }
 }
 
+// Out-of-line thread-local reads for code on a fiber's stack (weft/executor.hpp).
+WEFT_NOINLINE executor* read_t_executor() noexcept { return t_executor; }
+WEFT_NOINLINE worker_context* read_t_worker() noexcept { return t_worker; }
+WEFT_NOINLINE unsigned read_t_prio() noexcept { return t_prio; }
+
 }  // namespace weft::detail
 
 namespace weft {

@@ -39,7 +39,8 @@ struct fiber_options {
   /// Where the fiber runs: nullptr means the calling thread's executor, or
   /// weft::default_pool() on a plain thread. The executor must outlive the fiber.
   weft::executor* executor = nullptr;
-  /// Priority it is queued (and re-queued after every await) at; 0 is highest.
+  /// Priority it is queued at; 0 is highest. After an await it resumes like a task
+  /// would (e.g. resume_on keeps the current priority).
   unsigned priority = k_inherit;
   /// Usable stack bytes, rounded up to whole pages, 16 KiB .. 1 GiB. Below the stack
   /// lies one inaccessible guard page: overflowing the stack kills the process with
@@ -287,10 +288,16 @@ bool in_fiber() noexcept;
 /// until `awaitable` completes, exactly as `co_await awaitable` would in a task, and
 /// returns its result or rethrows its exception. Works with anything co_await takes:
 /// tasks, weft::spawn(...) and its fork handles, fiber handles, resume_on, channel or
-/// socket operations. The fiber may continue on another worker of its executor: do
-/// not keep pointers to thread_local data across an await. Do not call it while the
-/// fiber holds a lock a plain thread might wait on. Throws std::logic_error when the
-/// caller is not a fiber.
+/// socket operations. Throws std::logic_error when the caller is not a fiber.
+///
+/// The fiber may continue on another thread (another worker, or another executor after
+/// resume_on). weft's own state follows it, but in your code: do not keep pointers to
+/// thread_local data across an await; do not hold a std::mutex across one; and know
+/// that the compiler may reuse the result of a function declared
+/// __attribute__((const)) (pthread_self / std::this_thread::get_id, errno's location)
+/// from before the await, because it assumes a function never changes threads. Read
+/// such values in a separate, non-inlined function after the await. Exceptions being
+/// handled (an await inside a catch block) follow the fiber correctly.
 template <class A>
 auto await(A&& awaitable) -> detail::await_result_t<decltype(detail::get_awaiter(std::forward<A>(awaitable)).await_resume())> {
   detail::fiber_base& self = detail::this_fiber_or_throw();

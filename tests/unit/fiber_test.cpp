@@ -52,11 +52,31 @@ struct declining_awaitable {
   int await_resume() const noexcept { return value; }
 };
 
-/// Awaitable resumed from a plain std::thread (outside every executor).
+/// A plain thread (outside every executor) that resumes one coroutine handed to it.
+class resumer_thread {
+ public:
+  resumer_thread()
+      : m_thread([this] {
+          void* h = nullptr;
+          while ((h = m_handle.load(std::memory_order_acquire)) == nullptr) m_handle.wait(nullptr);
+          std::coroutine_handle<>::from_address(h).resume();
+        }) {}
+  ~resumer_thread() { m_thread.join(); }
+  void hand(std::coroutine_handle<> h) noexcept {
+    m_handle.store(h.address(), std::memory_order_release);  // pairs with the acquire above
+    m_handle.notify_one();
+  }
+
+ private:
+  std::atomic<void*> m_handle{nullptr};
+  std::thread m_thread;
+};
+
+/// Awaitable resumed by a resumer_thread.
 struct resumed_by_thread {
-  std::thread* m_thread;
+  resumer_thread* m_resumer;
   bool await_ready() const noexcept { return false; }
-  void await_suspend(std::coroutine_handle<> h) const { *m_thread = std::thread([h] { h.resume(); }); }
+  void await_suspend(std::coroutine_handle<> h) const noexcept { m_resumer->hand(h); }  // `this` may be gone after
   std::string await_resume() const { return "from thread"; }
 };
 
@@ -108,7 +128,7 @@ TEMPLATE_LIST_TEST_CASE("a fiber awaits tasks, forks, spawns and fibers", "[fibe
 TEST_CASE("a fiber awaits plain awaitables of every await_suspend shape", "[fiber]") {
   weft::thread_pool pool{{.threads = 2}};
   weft::thread_pool other{{.threads = 1}};
-  std::thread resumer;
+  resumer_thread resumer;
   struct seen {
     int declined = 0, free_op = 0;
     std::string from_thread;
@@ -129,7 +149,6 @@ TEST_CASE("a fiber awaits plain awaitables of every await_suspend shape", "[fibe
       },
       {.executor = &pool});
   seen s = join(pool, std::move(h));
-  resumer.join();
   CHECK(s.in_fiber);
   CHECK(s.declined == 7);
   CHECK(s.free_op == 8);

@@ -1,0 +1,255 @@
+// latency: how long weft takes to start work, not how fast it computes (BENCH.md).
+//
+//   (a) post:   a plain thread outside the pool posts one empty task and waits until
+//               it ran (spins 50 us, then sleeps on a futex); p50/p99 over `size` samples, with the pool idle (workers
+//               parked: the poster waits k_idle_gap between samples) and busy (every
+//               worker runs a stream of ~1 us tasks at the same priority).
+//   (b) fanout: a task on the pool runs one spawn_many of N = 1, 16, 1024 empty tasks
+//               and joins them; ns per fan-out (p50/p99).
+//   (c) chain:  `size` tasks, each forked by the previous one and joined at once, on
+//               the --threads pool and on a 1-thread pool, alternated; the multi-thread
+//               time must stay within 1.15x of the single-thread one (ready work must
+//               not ping-pong between threads).
+//
+// `bench/latency [--threads T] [--size N] [--runs R]`: the BENCH.md report (duration =
+// the whole run, output = samples), then one `latency:` line per case with the medians
+// over the runs of p50 / p99 / mean. bench/run prints these lines as their own table.
+// Each case checks that every task ran (FAIL otherwise); a chain over 1.15x prints a
+// `latency: chain ... over` line but is not a FAIL (it measures, the README judges).
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <weft/weft.hpp>
+
+#include "common/driver.hpp"
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+constexpr auto k_idle_gap = std::chrono::microseconds(100);  // > the workers' spin-then-park time
+constexpr double k_chain_limit = 1.15;
+
+std::int64_t ns_since(clock_type::time_point t0) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(clock_type::now() - t0).count();
+}
+
+struct stats {
+  double p50 = 0, p99 = 0, mean = 0;
+  std::size_t samples = 0;
+};
+
+stats summarize(std::vector<std::int64_t>& v) {
+  stats s;
+  if (v.empty()) return s;
+  std::sort(v.begin(), v.end());
+  s.samples = v.size();
+  s.p50 = static_cast<double>(v[v.size() / 2]);
+  s.p99 = static_cast<double>(v[std::min(v.size() - 1, v.size() * 99 / 100)]);
+  double sum = 0;
+  for (auto x : v) sum += static_cast<double>(x);
+  s.mean = sum / static_cast<double>(v.size());
+  return s;
+}
+
+struct failure {
+  std::string what;
+};
+
+// ---- (a) post from outside ---------------------------------------------------------
+
+weft::task<void> mark(std::atomic<std::uint64_t>& ran) {
+  ran.fetch_add(1, std::memory_order_release);  // pairs with the poster's acquire load
+  ran.notify_one();
+  co_return;
+}
+
+/// The poster's wait: spin a little (the idle case answers within it), then sleep on
+/// the atomic, so that on a saturated machine the poster is not a spinning thread the
+/// OS must preempt to run the workers (the woken poster is scheduled promptly).
+void wait_for(const std::atomic<std::uint64_t>& ran, std::uint64_t want) {
+  const auto spin_until = clock_type::now() + std::chrono::microseconds(50);
+  std::uint64_t seen = ran.load(std::memory_order_acquire);
+  while (seen != want && clock_type::now() < spin_until) seen = ran.load(std::memory_order_acquire);
+  while (seen != want) {
+    ran.wait(seen, std::memory_order_acquire);
+    seen = ran.load(std::memory_order_acquire);
+  }
+}
+
+/// One background stream: ~1 us of work, then a fair yield through the queue.
+weft::task<void> busy_stream(weft::thread_pool& pool, const std::atomic<bool>& stop,
+                             std::atomic<int>& streams_left) {
+  volatile std::uint64_t sink = 0;
+  while (!stop.load(std::memory_order_relaxed)) {
+    for (int i = 0; i < 300; ++i) sink = sink + static_cast<std::uint64_t>(i);
+    co_await weft::resume_on(pool);
+  }
+  streams_left.fetch_sub(1, std::memory_order_release);
+}
+
+stats post_latency(weft::thread_pool& pool, std::size_t samples, bool busy) {
+  std::atomic<bool> stop{false};
+  std::atomic<int> streams_left{0};
+  if (busy) {
+    const int streams = static_cast<int>(pool.thread_count()) * 2;
+    streams_left.store(streams);
+    for (int i = 0; i < streams; ++i) weft::post(pool, busy_stream(pool, stop, streams_left));
+  }
+  std::atomic<std::uint64_t> ran{0};
+  std::vector<std::int64_t> ns;
+  ns.reserve(samples);
+  for (std::size_t i = 0; i < samples; ++i) {
+    if (!busy) {  // let the workers go back to sleep
+      const auto until = clock_type::now() + k_idle_gap;
+      while (clock_type::now() < until) {
+      }
+    }
+    const auto t0 = clock_type::now();
+    weft::post(pool, mark(ran));
+    wait_for(ran, i + 1);
+    ns.push_back(ns_since(t0));
+  }
+  stop.store(true, std::memory_order_relaxed);
+  while (streams_left.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+  if (ran.load() != samples) throw failure{"post: " + std::to_string(ran.load()) + " of " + std::to_string(samples) + " ran"};
+  return summarize(ns);
+}
+
+// ---- (b) one fan-out + join ------------------------------------------------------------
+
+weft::task<void> empty_task(std::atomic<std::uint64_t>& ran) {
+  ran.fetch_add(1, std::memory_order_relaxed);
+  co_return;
+}
+
+weft::task<std::vector<std::int64_t>> fanouts(std::size_t n, std::size_t reps, std::atomic<std::uint64_t>& ran) {
+  std::vector<std::int64_t> ns;
+  ns.reserve(reps);
+  std::vector<weft::task<void>> ts;
+  for (std::size_t r = 0; r < reps; ++r) {
+    const auto t0 = clock_type::now();
+    ts.clear();
+    for (std::size_t i = 0; i < n; ++i) ts.push_back(empty_task(ran));
+    co_await weft::spawn_many(ts);
+    ns.push_back(ns_since(t0));
+  }
+  co_return ns;
+}
+
+stats fanout_spawn_many(weft::thread_pool& pool, std::size_t n, std::size_t reps) {
+  std::atomic<std::uint64_t> ran{0};
+  auto ns = weft::sync_wait(pool, fanouts(n, reps, ran));
+  if (ran.load() != n * reps)
+    throw failure{"fanout " + std::to_string(n) + ": " + std::to_string(ran.load()) + " of " +
+                  std::to_string(n * reps) + " tasks ran"};
+  return summarize(ns);
+}
+
+// TODO(dispatch): once weft::dispatch lands (issue 3, group-shared API), add
+// `stats fanout_dispatch(pool, n, reps)`: one co_await weft::dispatch(pool,
+// {.members = n}, [](weft::group&) {}) per fan-out, timed like fanout_spawn_many, and
+// a "fanout_dispatch N=<n>" row next to each "fanout_spawn_many N=<n>" row in run_once.
+
+// ---- (c) serialized chain ----------------------------------------------------------------
+
+/// Task k forks task k+1 and joins it right away: every task depends on the previous.
+weft::task<std::uint64_t> chain(std::uint64_t left) {
+  if (left == 0) co_return 0;
+  auto next = weft::spawn(chain(left - 1)).fork();
+  co_return 1 + co_await next;
+}
+
+std::int64_t chain_ns(weft::thread_pool& pool, std::uint64_t length) {
+  const auto t0 = clock_type::now();
+  const std::uint64_t got = weft::sync_wait(pool, chain(length));
+  const std::int64_t ns = ns_since(t0);
+  if (got != length) throw failure{"chain: " + std::to_string(got) + " of " + std::to_string(length) + " links"};
+  return ns;
+}
+
+// ---- the run ----------------------------------------------------------------------------
+
+using results = std::map<std::string, stats>;  // case -> figures (ns)
+
+results run_once(weft::thread_pool& pool, weft::thread_pool& single, std::size_t size) {
+  results r;
+  r["post_idle"] = post_latency(pool, size, false);
+  r["post_busy"] = post_latency(pool, size, true);
+  for (std::size_t n : {1, 16, 1024}) {
+    const std::size_t reps = n == 1024 ? std::max<std::size_t>(1, size / 100) : size;
+    r["fanout_spawn_many N=" + std::to_string(n)] = fanout_spawn_many(pool, n, reps);
+  }
+  // Alternate the two pools so that both see the same machine noise; medians of 5.
+  std::vector<std::int64_t> mt, st;
+  for (int i = 0; i < 5; ++i) {
+    mt.push_back(chain_ns(pool, size));
+    st.push_back(chain_ns(single, size));
+  }
+  r["chain_mt"] = summarize(mt);
+  r["chain_st"] = summarize(st);
+  return r;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const weft_bench::workload_info info{
+      .name = "latency",
+      .size_meaning = "samples per case of (a) and (b) (N=1024: size/100) and tasks in the chain (c)",
+      .default_size = 100'000,
+      .size_ok = [](std::uint64_t n) { return n >= 100 && n <= 100'000'000; },
+      .flavors = {"fj"}};
+  const weft_bench::options opt = weft_bench::parse_command_line(argc, argv, info);
+  weft::thread_pool pool{{.threads = static_cast<std::size_t>(opt.threads)}};
+  weft::thread_pool single{{.threads = 1}};
+  const auto size = static_cast<std::size_t>(opt.size);
+
+  std::vector<results> all;
+  std::vector<weft_bench::run_record> records;
+  try {
+    (void)run_once(pool, single, std::max<std::size_t>(100, size / 10));  // warm-up, untimed
+    for (int i = 0; i < opt.runs; ++i) {
+      const auto t0 = clock_type::now();
+      all.push_back(run_once(pool, single, size));
+      records.push_back({ns_since(t0) / 1000, weft_bench::max_rss_kib()});
+    }
+  } catch (const failure& f) {
+    return weft_bench::fail(f.what);
+  }
+  weft_bench::print_report(opt, records, opt.size);
+
+  // Medians over the runs of each figure.
+  std::printf("latency: %-24s %12s %12s %12s %9s  (ns; median of %d run(s))\n", "case", "p50", "p99", "mean",
+              "samples", opt.runs);
+  for (const auto& [name, first] : all.front()) {
+    std::vector<double> p50, p99, mean;
+    for (const auto& r : all) {
+      p50.push_back(r.at(name).p50);
+      p99.push_back(r.at(name).p99);
+      mean.push_back(r.at(name).mean);
+    }
+    std::printf("latency: %-24s %12.0f %12.0f %12.0f %9zu\n", name.c_str(), median(p50), median(p99), median(mean),
+                first.samples);
+  }
+  std::vector<double> ratios;
+  for (const auto& r : all) ratios.push_back(r.at("chain_mt").p50 / r.at("chain_st").p50);
+  const double ratio = median(ratios);
+  std::printf("latency: %-24s %12.3f  (limit %.2f: %s; %.1f ns per link multi-thread, %.1f single)\n",
+              "chain mt/st", ratio, k_chain_limit, ratio <= k_chain_limit ? "ok" : "over",
+              all.front().at("chain_mt").p50 / static_cast<double>(size),
+              all.front().at("chain_st").p50 / static_cast<double>(size));
+  return 0;
+}
