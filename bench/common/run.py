@@ -31,6 +31,7 @@ class Workload:
     size_label: str = "size={:,}"  # how tables and charts name a size
     baseline: str = "seq"          # speedups are over this flavor, run at 1 thread only
     peers: tuple = ("tbb", "omp")  # "vs peer" is over the best of these
+    own_table: bool = False        # the binary prints its own `<name>:` table lines (latency)
 
 
 COMPUTE = ("seq", "fj", "tbb", "omp")
@@ -39,6 +40,9 @@ WORKLOADS = [
     Workload("skynet", COMPUTE, 100_000_000, 1_000_000, "{:,} leaves"),
     Workload("nqueens", COMPUTE, 14, 10, "n={}"),
     Workload("matmul", COMPUTE, 2048, 256, "N={}"),
+    Workload("fiber_switch", ("task", "fiber", "task-queue", "fiber-queue", "fib-fj", "fib-fiber"), 30, 20,
+             "n={} (switch flavors: n x 100,000 round trips; fib flavors: fib(n))", baseline="task", peers=("fib-fj",)),
+    Workload("latency", ("fj",), 100_000, 2_000, "{:,} samples", baseline="none", peers=(), own_table=True),
 ]
 
 
