@@ -162,7 +162,17 @@ struct eh_globals {
   unsigned int m_uncaught;
 };
 
-eh_globals* thread_eh_globals() noexcept { return reinterpret_cast<eh_globals*>(abi::__cxa_get_globals()); }
+constinit thread_local eh_globals* t_eh_globals = nullptr;  // this thread's, once looked up
+
+/// This thread's globals. Called on the driver side of switch_into only (one thread).
+eh_globals* thread_eh_globals() noexcept {
+  eh_globals* g = t_eh_globals;
+  if (g == nullptr) [[unlikely]] {
+    g = reinterpret_cast<eh_globals*>(abi::__cxa_get_globals());
+    t_eh_globals = g;
+  }
+  return g;
+}
 
 // ---- switching ----------------------------------------------------------------------
 

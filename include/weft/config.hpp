@@ -36,6 +36,17 @@
 #  define WEFT_TSAN 0
 #endif
 
+/// 1 where the compiler may compute a thread-local's address once per function and
+/// reuse it after a call: sanitizer instrumentation, shared-library code (TLS through
+/// __tls_get_addr), and targets other than x86-64 (which reads %fs at every access).
+/// A fiber can resume on another thread inside such a function, so there weft's inline
+/// code reads its thread-locals through out-of-line calls (weft/executor.hpp).
+#if WEFT_SANITIZED || !defined(__x86_64__) || (defined(__PIC__) && !defined(__PIE__))
+#  define WEFT_TLS_VIA_CALLS 1
+#else
+#  define WEFT_TLS_VIA_CALLS 0
+#endif
+
 #if defined(__clang__) || defined(__GNUC__)
 #  define WEFT_NOINLINE __attribute__((noinline))
 #  define WEFT_INLINE inline __attribute__((always_inline))

@@ -44,24 +44,23 @@ extern constinit thread_local executor* t_executor;      // null outside any exe
 extern constinit thread_local unsigned t_prio;            // priority of the running work
 
 // The thread-locals above as read by inline code that can run on a fiber's stack (plain
-// functions run by weft::spawn_fiber), which may resume on another thread. Sanitizer
-// instrumentation computes a thread-local's address once per function, which after a
-// migration names the old thread's variable: under a sanitizer these reads are
-// out-of-line calls (src/fiber.cpp). Plain x86-64 code addresses thread-locals relative
-// to %fs at every access, so elsewhere they are plain reads.
+// functions run by weft::spawn_fiber), which may resume on another thread: where the
+// compiler may reuse a thread-local's address computed before the switch
+// (WEFT_TLS_VIA_CALLS, weft/config.hpp), these reads are out-of-line calls
+// (src/fiber.cpp); elsewhere plain reads.
 executor* read_t_executor() noexcept;
 worker_context* read_t_worker() noexcept;
 unsigned read_t_prio() noexcept;
 WEFT_INLINE executor* fiber_safe_executor() noexcept {
-  if constexpr (WEFT_SANITIZED) return read_t_executor();
+  if constexpr (WEFT_TLS_VIA_CALLS) return read_t_executor();
   else return t_executor;
 }
 WEFT_INLINE worker_context* fiber_safe_worker() noexcept {
-  if constexpr (WEFT_SANITIZED) return read_t_worker();
+  if constexpr (WEFT_TLS_VIA_CALLS) return read_t_worker();
   else return t_worker;
 }
 WEFT_INLINE unsigned fiber_safe_prio() noexcept {
-  if constexpr (WEFT_SANITIZED) return read_t_prio();
+  if constexpr (WEFT_TLS_VIA_CALLS) return read_t_prio();
   else return t_prio;
 }
 }  // namespace detail

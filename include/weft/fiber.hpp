@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <type_traits>
@@ -295,9 +296,10 @@ bool in_fiber() noexcept;
 /// thread_local data across an await; do not hold a std::mutex across one; and know
 /// that the compiler may reuse the result of a function declared
 /// __attribute__((const)) (pthread_self / std::this_thread::get_id, errno's location)
-/// from before the await, because it assumes a function never changes threads. Read
-/// such values in a separate, non-inlined function after the await. Exceptions being
-/// handled (an await inside a catch block) follow the fiber correctly.
+/// from before the await, because it assumes a function never changes threads: call
+/// such functions through something the compiler cannot see into (a volatile function
+/// pointer) when the value matters after an await. Exceptions being handled (an await
+/// inside a catch block) follow the fiber correctly. Called by the fiber itself only.
 template <class A>
 auto await(A&& awaitable) -> detail::await_result_t<decltype(detail::get_awaiter(std::forward<A>(awaitable)).await_resume())> {
   detail::fiber_base& self = detail::this_fiber_or_throw();
