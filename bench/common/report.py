@@ -103,6 +103,9 @@ def tables(workloads, records, runs, notes):
         recs = ordered(w, [r for r in records if r["workload"] == w.name])
         if not recs:
             continue
+        if getattr(w, "own_table", False):
+            lines += own_table(w, recs, runs)
+            continue
         lines.append(f"\n{w.name} ({w.size_label.format(recs[0]['size'])}; median of {runs} run(s); "
                      f"speedup = {w.baseline} / this; x {w.baseline} = this / {w.baseline}; "
                      f"vs peer = this / best of {','.join(w.peers)} at the same threads)")
@@ -120,6 +123,17 @@ def tables(workloads, records, runs, notes):
             lines.append("  ".join(cells + [row[-1]]))
     lines += [f"note: {n}" for n in notes]
     return "\n".join(lines)
+
+
+def own_table(w, recs, runs):
+    """A workload that prints its own table (`<name>: ...` lines): those lines per record."""
+    out = [f"\n{w.name} ({w.size_label.format(recs[0]['size'])}; {runs} run(s); the binary's own table)"]
+    for r in recs:
+        out.append(f"threads {r['threads']}: " + ("ok" if r["status"] == "ok" else "FAIL: " + r["reason"]))
+        prefix = w.name + ":"
+        out += ["  " + line[len(prefix):].strip() for line in (r.get("stdout") or "").splitlines()
+                if line.startswith(prefix)]
+    return out
 
 
 def command_output(cmd, cwd=None):

@@ -37,6 +37,7 @@ class Workload:
     metrics: tuple = ()
     single_thread: bool = False    # the binary ignores --threads: run every flavor at 1 only
     baseline_1t_only: bool = True  # a sequential baseline runs at 1 thread only
+    own_table: bool = False        # the binary prints its own `<name>:` table lines (latency)
 
 
 COMPUTE = ("seq", "fj", "gs", "tbb", "omp")
@@ -54,6 +55,9 @@ WORKLOADS = [
     # TODO(st): add "st", "st-bounded" once bench/channel.cpp has them (weft::io::asio_executor).
     Workload("channel", ("mt", "mt-bounded", "asio"), 10_000_000, 100_000, "{:,} elements",
              baseline="mt", peers=("asio",), baseline_1t_only=False),
+    Workload("fiber_switch", ("task", "fiber", "task-queue", "fiber-queue", "fib-fj", "fib-fiber"), 30, 20,
+             "n={} (switch flavors: n x 100,000 round trips; fib flavors: fib(n))", baseline="task", peers=("fib-fj",)),
+    Workload("latency", ("fj",), 100_000, 2_000, "{:,} samples", baseline="none", peers=(), own_table=True),
 ]
 
 

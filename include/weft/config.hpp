@@ -14,7 +14,7 @@
 #  define WEFT_SANITIZED 0
 #endif
 
-/// Which sanitizer, for code that must annotate stack switches (fibers): 1 or 0 each.
+/// Which sanitizer: fiber stack switches are announced to it (src/fiber.cpp).
 #if defined(__SANITIZE_ADDRESS__)
 #  define WEFT_ASAN 1
 #elif defined(__has_feature)
@@ -34,6 +34,17 @@
 #endif
 #ifndef WEFT_TSAN
 #  define WEFT_TSAN 0
+#endif
+
+/// 1 where the compiler may compute a thread-local's address once per function and
+/// reuse it after a call: sanitizer instrumentation, shared-library code (TLS through
+/// __tls_get_addr), and targets other than x86-64 (which reads %fs at every access).
+/// A fiber can resume on another thread inside such a function, so there weft's inline
+/// code reads its thread-locals through out-of-line calls (weft/executor.hpp).
+#if WEFT_SANITIZED || !defined(__x86_64__) || (defined(__PIC__) && !defined(__PIE__))
+#  define WEFT_TLS_VIA_CALLS 1
+#else
+#  define WEFT_TLS_VIA_CALLS 0
 #endif
 
 #if defined(__clang__) || defined(__GNUC__)

@@ -4,6 +4,8 @@
 #include <coroutine>
 #include <stdexcept>
 
+#include "weft/config.hpp"
+
 namespace weft {
 
 /// Thrown by post/schedule into an executor that is shutting down (from a thread that
@@ -40,13 +42,34 @@ struct worker_context;
 extern constinit thread_local worker_context* t_worker;  // null outside pool workers
 extern constinit thread_local executor* t_executor;      // null outside any executor
 extern constinit thread_local unsigned t_prio;            // priority of the running work
+
+// The thread-locals above as read by inline code that can run on a fiber's stack (plain
+// functions run by weft::spawn_fiber), which may resume on another thread: where the
+// compiler may reuse a thread-local's address computed before the switch
+// (WEFT_TLS_VIA_CALLS, weft/config.hpp), these reads are out-of-line calls
+// (src/fiber.cpp); elsewhere plain reads.
+executor* read_t_executor() noexcept;
+worker_context* read_t_worker() noexcept;
+unsigned read_t_prio() noexcept;
+WEFT_INLINE executor* fiber_safe_executor() noexcept {
+  if constexpr (WEFT_TLS_VIA_CALLS) return read_t_executor();
+  else return t_executor;
+}
+WEFT_INLINE worker_context* fiber_safe_worker() noexcept {
+  if constexpr (WEFT_TLS_VIA_CALLS) return read_t_worker();
+  else return t_worker;
+}
+WEFT_INLINE unsigned fiber_safe_prio() noexcept {
+  if constexpr (WEFT_TLS_VIA_CALLS) return read_t_prio();
+  else return t_prio;
+}
 }  // namespace detail
 
 /// The executor whose thread is running the caller, or nullptr on a plain thread.
-inline executor* current_executor() noexcept { return detail::t_executor; }
+inline executor* current_executor() noexcept { return detail::fiber_safe_executor(); }
 
 /// The priority the running task was scheduled at (0 outside any executor).
-inline unsigned current_priority() noexcept { return detail::t_prio; }
+inline unsigned current_priority() noexcept { return detail::fiber_safe_prio(); }
 
 /// Throws std::out_of_range naming `what` unless prio < ex.priorities().
 void check_priority(const executor& ex, unsigned prio, const char* what);

@@ -6,6 +6,7 @@
 #include "weft/config.hpp"
 #include "weft/event.hpp"
 #include "weft/executor.hpp"
+#include "weft/fiber.hpp"
 #include "weft/fork_group.hpp"
 #include "weft/group.hpp"
 #include "weft/latch.hpp"

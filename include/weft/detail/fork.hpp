@@ -41,9 +41,10 @@ executor& fallback_executor();
 /// Queues child `h` (mode already set) at `prio` (k_inherit_priority: the caller's).
 /// `target`: the executor asked for with run_on(), or nullptr for "where I run".
 WEFT_INLINE void enqueue_child(promise_base& p, std::coroutine_handle<> h, unsigned prio, executor* target) {
-  const unsigned parent_prio = t_prio;  // the parent resumes at its own priority
+  // Reachable from a fiber's plain code (spawn(...).fork()): fiber-safe TLS reads.
+  const unsigned parent_prio = fiber_safe_prio();  // the parent resumes at its own priority
   p.m_parent_prio = static_cast<std::uint8_t>(parent_prio);
-  worker_context* w = t_worker;
+  worker_context* w = fiber_safe_worker();
   if (target == nullptr || (w != nullptr && target == w->m_executor)) [[likely]] {
     if (w != nullptr) [[likely]] {
       if (prio == k_inherit_priority) prio = parent_prio;
@@ -52,9 +53,10 @@ WEFT_INLINE void enqueue_child(promise_base& p, std::coroutine_handle<> h, unsig
       push_local(*w, prio, h.address());
       return;
     }
-    target = t_executor != nullptr ? t_executor : &fallback_executor();
+    executor* const here = fiber_safe_executor();
+    target = here != nullptr ? here : &fallback_executor();
   } else {
-    p.m_home = t_executor;  // resume the parent where it runs now
+    p.m_home = fiber_safe_executor();  // resume the parent where it runs now
   }
   if (prio == k_inherit_priority) prio = parent_prio < target->priorities() ? parent_prio : 0;
   p.m_prio = static_cast<std::uint8_t>(prio);

@@ -1,0 +1,316 @@
+// weft/fiber.hpp: stackful fibers on weft executors. weft::spawn_fiber(fn, options)
+// runs a plain function with its own stack; inside it, weft::await(awaitable) suspends
+// the fiber (not the thread) until the awaitable completes.
+//
+// How it works (src/fiber.cpp has the details): every fiber is driven by a small
+// coroutine, its driver, which is what the executor queues, steals and resumes like
+// any task. The driver switches into the fiber's stack (Boost.Context). weft::await
+// hands the awaiter to the driver and switches back to it; the driver, on the worker's
+// own stack, co_awaits it like any coroutine would, and when it is resumed (on any
+// worker, at the fiber's priority) it switches into the fiber again. So a suspended
+// fiber is just a suspended coroutine: it migrates between workers, is stolen, and is
+// resumed by symmetric transfer like one.
+#pragma once
+
+#include <atomic>
+#include <concepts>
+#include <coroutine>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <type_traits>
+#include <utility>
+
+#include "weft/config.hpp"
+#include "weft/detail/result.hpp"
+#include "weft/executor.hpp"
+
+namespace weft {
+
+/// How weft::spawn_fiber runs a fiber: `weft::spawn_fiber(fn, {.priority = 1})`.
+struct fiber_options {
+  /// `priority` value meaning: the spawning task's priority when it runs on the target
+  /// executor (clamped to its levels), else 0.
+  static constexpr unsigned k_inherit = ~0u;
+
+  /// Where the fiber runs: nullptr means the calling thread's executor, or
+  /// weft::default_pool() on a plain thread. The executor must outlive the fiber.
+  weft::executor* executor = nullptr;
+  /// Priority it is queued at; 0 is highest. After an await it resumes like a task
+  /// would (e.g. resume_on keeps the current priority).
+  unsigned priority = k_inherit;
+  /// Usable stack bytes, rounded up to whole pages, 16 KiB .. 1 GiB. Below the stack
+  /// lies one inaccessible guard page: overflowing the stack kills the process with
+  /// SIGSEGV instead of corrupting memory. Under ASan/TSan the stack is 4x larger
+  /// (instrumented frames are bigger).
+  std::size_t stack_size = 64 * 1024;
+};
+
+namespace detail {
+
+/// One pending weft::await of a fiber, type-erased for its driver: await_suspend of
+/// the real awaiter, called on the worker's stack with the driver's handle.
+struct fiber_await_op {
+  void* m_awaiter;
+  std::coroutine_handle<> (*m_suspend)(void* awaiter, std::coroutine_handle<> driver);
+  std::exception_ptr m_error;  // await_suspend threw: rethrown in the fiber
+};
+
+/// m_join states of a fiber besides the address of the coroutine waiting for it.
+inline constexpr std::uintptr_t k_fiber_running = 0;    // not finished, nobody waits yet
+inline constexpr std::uintptr_t k_fiber_done = 1;       // finished, result ready
+inline constexpr std::uintptr_t k_fiber_abandoned = 2;  // the handle was dropped
+
+/// The type-independent part of a fiber: its stack, saved contexts, sanitizer state
+/// and join word. Created by spawn_fiber, owned jointly by the driver (until the
+/// function returned) and the fiber_handle (until the result was taken or dropped);
+/// m_join decides who frees it. Fields other than m_join are touched by one thread at
+/// a time (whoever runs the driver or the fiber), handed over through the executor.
+class fiber_base {
+ public:
+  fiber_base() = default;
+  fiber_base(const fiber_base&) = delete;
+  fiber_base& operator=(const fiber_base&) = delete;
+
+  /// Runs the user's function on the fiber's stack and stores its outcome.
+  virtual void run_body() noexcept = 0;
+  /// The stored exception, or null.
+  virtual std::exception_ptr error() const noexcept = 0;
+
+  // ---- src/fiber.cpp -------------------------------------------------------------
+  /// Allocates the stack and queues the driver (on the spawning thread). Throws on bad
+  /// options, shutdown, or when no stack can be mapped; then nothing was queued.
+  void start(const fiber_options& options);
+  /// fiber_handle awaiter: registers `waiter`; returns what to run next.
+  std::coroutine_handle<> register_waiter(std::coroutine_handle<> waiter) noexcept;
+  /// fiber_handle dropped before taking the result.
+  void abandon() noexcept;
+  /// Frees this object and its stack (virtual destructor).
+  virtual ~fiber_base();
+
+  std::atomic<std::uintptr_t> m_join{k_fiber_running};
+
+  // Everything below belongs to src/fiber.cpp.
+  executor* m_executor = nullptr;
+  unsigned m_prio = 0;
+  executor* m_waiter_home = nullptr;  // executor of the coroutine waiting for the result
+  unsigned m_waiter_prio = 0;
+  void* m_fiber_ctx = nullptr;   // where to jump to resume the fiber
+  void* m_return_ctx = nullptr;  // where the fiber jumps back to (its driver's thread)
+  fiber_await_op* m_op = nullptr;  // the pending await, set by the fiber before switching out
+  void* m_stack_base = nullptr;    // mapping base (the guard page)
+  std::size_t m_stack_bytes = 0;   // whole mapping, guard page included
+  bool m_finished = false;
+  void* m_eh_caught = nullptr;     // the fiber's C++ exception-handling globals while switched out
+  unsigned m_eh_uncaught = 0;
+  const void* m_asan_return_bottom = nullptr;  // ASan: the stack the fiber returns to
+  std::size_t m_asan_return_size = 0;
+  void* m_tsan_fiber = nullptr;   // TSan: this fiber, and the one to switch back to
+  void* m_tsan_return = nullptr;
+};
+
+/// The fiber running the caller; throws std::logic_error on a thread that is not
+/// running a fiber.
+fiber_base& this_fiber_or_throw();
+/// Suspends fiber `f` (the caller's) until its driver resumes it after `op`; rethrows
+/// what op's await_suspend threw.
+void fiber_suspend(fiber_base& f, fiber_await_op& op);
+/// Prints a dropped fiber's exception to stderr.
+void report_fiber_exception(std::exception_ptr e) noexcept;
+
+/// A fiber producing a T: what a fiber_handle<T> sees.
+template <class T>
+class fiber_result : public fiber_base {
+ public:
+  std::exception_ptr error() const noexcept final { return m_result.error(); }
+  result<T> m_result;
+};
+
+/// A fiber running a Fn that returns T.
+template <class T, class Fn>
+class fiber_state final : public fiber_result<T> {
+ public:
+  explicit fiber_state(Fn&& fn) : m_fn(std::move(fn)) {}
+  explicit fiber_state(const Fn& fn) : m_fn(fn) {}
+  void run_body() noexcept override {
+    try {
+      if constexpr (std::is_void_v<T>) {
+        std::invoke(std::move(*m_fn));
+      } else {
+        this->m_result.set_value(std::invoke(std::move(*m_fn)));
+      }
+    } catch (...) {
+      this->m_result.set_error(std::current_exception());
+    }
+    m_fn.reset();  // captures die on the fiber, before anyone is told it finished
+  }
+
+ private:
+  std::optional<Fn> m_fn;
+};
+
+template <class A>
+concept member_co_await = requires(A&& a) { static_cast<A&&>(a).operator co_await(); };
+template <class A>
+concept free_co_await = requires(A&& a) { operator co_await(static_cast<A&&>(a)); };
+
+/// The awaiter co_await would use for `a`: its operator co_await, or `a` itself.
+template <class A>
+decltype(auto) get_awaiter(A&& a) {
+  if constexpr (member_co_await<A>) return static_cast<A&&>(a).operator co_await();
+  else if constexpr (free_co_await<A>) return operator co_await(static_cast<A&&>(a));
+  else return static_cast<A&&>(a);
+}
+
+/// await_suspend of Awaiter, with its void / bool / handle result as the handle to run.
+template <class Awaiter>
+std::coroutine_handle<> suspend_erased(void* awaiter, std::coroutine_handle<> driver) {
+  auto& a = *static_cast<Awaiter*>(awaiter);
+  using S = decltype(a.await_suspend(driver));
+  if constexpr (std::is_void_v<S>) {
+    a.await_suspend(driver);
+    return std::noop_coroutine();
+  } else if constexpr (std::is_same_v<S, bool>) {
+    return a.await_suspend(driver) ? std::coroutine_handle<>{std::noop_coroutine()} : driver;
+  } else {
+    return a.await_suspend(driver);
+  }
+}
+
+/// weft::await's result type: a reference into the awaiter would dangle, so an rvalue
+/// reference becomes a value; lvalue references and values pass through.
+template <class R>
+using await_result_t = std::conditional_t<std::is_rvalue_reference_v<R>, std::remove_cvref_t<R>, R>;
+
+}  // namespace detail
+
+/// The result of weft::spawn_fiber: `co_await h` (from a task) or `weft::await(h)` (from
+/// another fiber) waits for the fiber and evaluates to its function's value, or
+/// rethrows its exception. Awaited at most once. Dropping (or detach()ing) a handle
+/// without awaiting it is fire-and-forget: the fiber still runs to its end and an
+/// exception it throws is printed to stderr. Move-only; not thread-safe (one owner).
+template <class T>
+class fiber_handle {
+ public:
+  using value_type = T;
+
+  /// An empty handle; awaiting it throws std::logic_error.
+  fiber_handle() noexcept = default;
+  fiber_handle(fiber_handle&& o) noexcept : m_state(std::exchange(o.m_state, nullptr)) {}
+  fiber_handle& operator=(fiber_handle&& o) noexcept {
+    if (this != &o) {
+      reset();
+      m_state = std::exchange(o.m_state, nullptr);
+    }
+    return *this;
+  }
+  ~fiber_handle() { reset(); }
+
+  /// True when the handle refers to a fiber whose result was not taken yet.
+  bool valid() const noexcept { return m_state != nullptr; }
+  explicit operator bool() const noexcept { return valid(); }
+
+  /// True once the fiber's function returned or threw (a racy snapshot).
+  bool ready() const noexcept {
+    return m_state != nullptr && m_state->m_join.load(std::memory_order_acquire) == detail::k_fiber_done;
+  }
+
+  /// Lets the fiber run on unobserved (fire-and-forget; see the class comment).
+  void detach() noexcept { reset(); }
+
+  struct awaiter {
+    fiber_handle* m_self;
+    bool await_ready() const noexcept {
+      // acquire: the result (pairs with the driver's release exchange at completion)
+      return m_self->m_state->m_join.load(std::memory_order_acquire) == detail::k_fiber_done;
+    }
+    std::coroutine_handle<> await_suspend(std::coroutine_handle<> waiter) noexcept {
+      return m_self->m_state->register_waiter(waiter);
+    }
+    T await_resume() {
+      struct release_state {
+        detail::fiber_base* s;
+        ~release_state() { delete s; }
+      } guard{std::exchange(m_self->m_state, nullptr)};
+      return static_cast<detail::fiber_result<T>*>(guard.s)->m_result.take();
+    }
+  };
+
+  /// Waits for the fiber; its value, or its exception rethrown. Throws
+  /// std::logic_error when the handle is empty or already awaited.
+  awaiter operator co_await() & {
+    if (m_state == nullptr) [[unlikely]]
+      throw std::logic_error("weft: co_await on an empty or already-awaited fiber_handle");
+    return awaiter{this};
+  }
+  awaiter operator co_await() && { return operator co_await(); }
+
+  /// Not API: adopts a started fiber's state.
+  explicit fiber_handle(detail::fiber_base* s) noexcept : m_state(s) {}
+
+ private:
+  void reset() noexcept {
+    if (m_state != nullptr) std::exchange(m_state, nullptr)->abandon();
+  }
+  detail::fiber_base* m_state = nullptr;
+};
+
+/// Starts `fn()` (a plain function, lambda or callable; copied or moved in) as a fiber
+/// on options.executor at options.priority, with its own stack of options.stack_size.
+/// The fiber is queued like a forked task (it may run on any worker, and move between
+/// workers at every weft::await). Returns the handle to its result; see fiber_handle
+/// (dropping it is fire-and-forget). Thread-safe: callable from tasks, fibers and
+/// plain threads. Throws std::out_of_range for a bad priority, std::invalid_argument
+/// for a stack size outside 16 KiB .. 1 GiB, std::system_error when the stack cannot be
+/// mapped, shutdown_error when the executor refuses work; nothing runs then.
+template <class F>
+  requires std::invocable<std::decay_t<F>&&>
+auto spawn_fiber(F&& fn, const fiber_options& options = {}) {
+  using Fn = std::decay_t<F>;
+  using T = std::invoke_result_t<Fn&&>;
+  auto* state = new detail::fiber_state<T, Fn>(std::forward<F>(fn));
+  try {
+    state->start(options);
+  } catch (...) {
+    delete state;
+    throw;
+  }
+  return fiber_handle<T>{state};
+}
+
+/// True when the caller runs on a fiber (so weft::await may be called). Thread-safe.
+bool in_fiber() noexcept;
+
+/// Inside a fiber: suspends the fiber (its worker thread goes on running other work)
+/// until `awaitable` completes, exactly as `co_await awaitable` would in a task, and
+/// returns its result or rethrows its exception. Works with anything co_await takes:
+/// tasks, weft::spawn(...) and its fork handles, fiber handles, resume_on, channel or
+/// socket operations. Throws std::logic_error when the caller is not a fiber.
+///
+/// The fiber may continue on another thread (another worker, or another executor after
+/// resume_on). weft's own state follows it, but in your code: do not keep pointers to
+/// thread_local data across an await; do not hold a std::mutex across one; and know
+/// that the compiler may reuse the result of a function declared
+/// __attribute__((const)) (pthread_self / std::this_thread::get_id, errno's location)
+/// from before the await, because it assumes a function never changes threads: call
+/// such functions through something the compiler cannot see into (a volatile function
+/// pointer) when the value matters after an await. Exceptions being handled (an await
+/// inside a catch block) follow the fiber correctly. Called by the fiber itself only.
+template <class A>
+auto await(A&& awaitable) -> detail::await_result_t<decltype(detail::get_awaiter(std::forward<A>(awaitable)).await_resume())> {
+  detail::fiber_base& self = detail::this_fiber_or_throw();
+  auto&& aw = detail::get_awaiter(std::forward<A>(awaitable));
+  using awaiter_type = std::remove_reference_t<decltype(aw)>;
+  if (!aw.await_ready()) {
+    detail::fiber_await_op op{const_cast<void*>(static_cast<const volatile void*>(std::addressof(aw))),
+                              &detail::suspend_erased<awaiter_type>, nullptr};
+    detail::fiber_suspend(self, op);
+  }
+  return aw.await_resume();
+}
+
+}  // namespace weft
