@@ -9,7 +9,11 @@
 // std::tuple of them (so structured bindings work). The task resumes on the executor
 // it awaited from, at its priority: inline, with no post, when the completion runs on
 // that executor's own thread (a task on an asio_executor awaiting that executor's
-// sockets), else queued there.
+// sockets), else queued there. A coroutine awaiting from a plain thread (no executor)
+// resumes on the thread that completes the operation (the I/O thread).
+//
+// Operations may be started from any thread (Asio allows it for distinct objects); two
+// operations on one Asio object must not be started concurrently (Asio's rule).
 #pragma once
 
 #include <coroutine>
