@@ -10,8 +10,9 @@
 //               C++20 coroutines on an asio::thread_pool of `threads` threads. Asio
 //               1.22's close() drops what is still buffered, so "close" is one end
 //               marker per consumer (an error code) sent after the producers finished.
-// TODO(st): the `st` and `st-bounded` flavors (the same weft code on the single-thread
-// Asio executor of weft's I/O layer) arrive with weft::io::asio_executor.
+//   st          the `mt` code (weft::channel, unbounded) on weft::io::asio_executor: one
+//               thread running an asio::io_context; P = C = 1 whatever --threads says
+//   st-bounded  the same with capacity 1024
 #include <algorithm>
 #include <cstdint>
 #include <future>
@@ -28,6 +29,7 @@
 #include <asio/use_future.hpp>
 
 #include <weft/channel.hpp>
+#include <weft/io/asio_executor.hpp>
 
 #include "common/driver.hpp"
 #include "common/executors.hpp"
@@ -87,6 +89,13 @@ weft::task<tally> weft_root(std::uint64_t n, int threads, std::size_t capacity) 
 
 tally run_weft(int threads, std::uint64_t n, std::size_t capacity) {
   return weft::sync_wait(weft_bench::weft_pool(threads), weft_root(n, threads, capacity));
+}
+
+// The single-thread configuration: the same tasks on weft's Asio executor (one thread
+// running one io_context), built once per process like the pool.
+tally run_weft_st(std::uint64_t n, std::size_t capacity) {
+  static weft::io::asio_executor ex;
+  return weft::sync_wait(ex, weft_root(n, 1, capacity));
 }
 
 // ---- asio (peer) ------------------------------------------------------------------
@@ -155,6 +164,8 @@ const weft_bench::workload<tally> k_channel{
     .flavors = {
         {"mt", [](int t, std::uint64_t n) { return run_weft(t, n, weft_channel::unbounded); }},
         {"mt-bounded", [](int t, std::uint64_t n) { return run_weft(t, n, k_bounded_capacity); }},
+        {"st", [](int, std::uint64_t n) { return run_weft_st(n, weft_channel::unbounded); }},
+        {"st-bounded", [](int, std::uint64_t n) { return run_weft_st(n, k_bounded_capacity); }},
         {"asio", run_asio},
     },
 };

@@ -37,6 +37,7 @@ class Workload:
     metrics: tuple = ()
     single_thread: bool = False    # the binary ignores --threads: run every flavor at 1 only
     baseline_1t_only: bool = True  # a sequential baseline runs at 1 thread only
+    one_thread: tuple = ()         # flavors that ignore --threads (single-thread executors)
     own_table: bool = False        # the binary prints its own `<name>:` table lines (latency)
 
 
@@ -52,9 +53,8 @@ WORKLOADS = [
     Workload("io_socket_st", ("asio", "weft-asio", "weft-uring"), 100_000, 10_000, "{:,} requests, 20 connections",
              baseline="asio", peers=("asio",), single_thread=True),
     # No sequential flavor: speedups are over weft's own mt at 1 thread; Asio is the peer.
-    # TODO(st): add "st", "st-bounded" once bench/channel.cpp has them (weft::io::asio_executor).
-    Workload("channel", ("mt", "mt-bounded", "asio"), 10_000_000, 100_000, "{:,} elements",
-             baseline="mt", peers=("asio",), baseline_1t_only=False),
+    Workload("channel", ("mt", "mt-bounded", "st", "st-bounded", "asio"), 10_000_000, 100_000, "{:,} elements",
+             baseline="mt", peers=("asio",), baseline_1t_only=False, one_thread=("st", "st-bounded")),
     Workload("fiber_switch", ("task", "fiber", "task-queue", "fiber-queue", "fib-fj", "fib-fiber"), 30, 20,
              "n={} (switch flavors: n x 100,000 round trips; fib flavors: fib(n))", baseline="task", peers=("fib-fj",)),
     Workload("latency", ("fj",), 100_000, 2_000, "{:,} samples", baseline="none", peers=(), own_table=True),
@@ -162,7 +162,8 @@ def plan(args, workloads):
             if f not in have:
                 notes.append(f"{w.name}: flavor {f} not built into {binary_path(args, w)}")
                 continue
-            counts = [1] if w.single_thread or (f == w.baseline and w.baseline_1t_only) else thread_counts(args)
+            counts = ([1] if w.single_thread or f in w.one_thread or (f == w.baseline and w.baseline_1t_only)
+                      else thread_counts(args))
             jobs += [(w, f, t) for t in counts]
     return jobs, notes
 
