@@ -181,10 +181,31 @@ stats fanout_spawn_many(weft::thread_pool& pool, std::size_t n, std::size_t reps
   return summarize(ns);
 }
 
-// TODO(dispatch): once weft::dispatch lands (issue 3, group-shared API), add
-// `stats fanout_dispatch(pool, n, reps)`: one co_await weft::dispatch(pool,
-// {.members = n}, [](weft::group&) {}) per fan-out, timed like fanout_spawn_many, and
-// a "fanout_dispatch N=<n>" row next to each "fanout_spawn_many N=<n>" row in run_once.
+/// The same fan-out in the group-shared shape: one group of one member per worker over
+/// the claim space [0, n), each of the n items (an empty body that counts itself)
+/// claimed one at a time, and the group joined by co_await.
+weft::task<std::vector<std::int64_t>> dispatches(weft::thread_pool& pool, std::size_t n, std::size_t reps,
+                                                 std::atomic<std::uint64_t>& ran) {
+  std::vector<std::int64_t> ns;
+  ns.reserve(reps);
+  for (std::size_t r = 0; r < reps; ++r) {
+    const auto t0 = clock_type::now();
+    co_await weft::dispatch(pool, {.members = 0, .range = n}, [&ran](weft::group& g) {
+      for (auto c = g.claim(1); c; c = g.claim(1)) ran.fetch_add(1, std::memory_order_relaxed);
+    });
+    ns.push_back(ns_since(t0));
+  }
+  co_return ns;
+}
+
+stats fanout_dispatch(weft::thread_pool& pool, std::size_t n, std::size_t reps) {
+  std::atomic<std::uint64_t> ran{0};
+  auto ns = weft::sync_wait(pool, dispatches(pool, n, reps, ran));
+  if (ran.load() != n * reps)
+    throw failure{"fanout_dispatch " + std::to_string(n) + ": " + std::to_string(ran.load()) + " of " +
+                  std::to_string(n * reps) + " items ran"};
+  return summarize(ns);
+}
 
 // ---- (c) serialized chain ----------------------------------------------------------------
 
@@ -236,6 +257,7 @@ results run_once(weft::thread_pool& pool, weft::thread_pool& single, std::size_t
   for (std::size_t n : {1, 16, 1024}) {
     const std::size_t reps = n == 1024 ? std::max<std::size_t>(1, size / 100) : size;
     r["fanout_spawn_many N=" + std::to_string(n)] = fanout_spawn_many(pool, n, reps);
+    r["fanout_dispatch N=" + std::to_string(n)] = fanout_dispatch(pool, n, reps);
   }
   // Alternate the two pools so that both see the same machine noise; medians of 5.
   for (const bool nested : {true, false}) {
