@@ -69,6 +69,8 @@ def parse_args(argv):
     p.add_argument("--runs", type=int, default=3, help="timed runs per binary x flavor x threads (default 3)")
     p.add_argument("--only", action="append", choices=[w.name for w in WORKLOADS], metavar="WORKLOAD",
                    help="run only this workload (repeatable): " + ", ".join(w.name for w in WORKLOADS))
+    p.add_argument("--flavor", action="append", metavar="FLAVOR",
+                   help="run only this flavor (repeatable; the baseline always runs, for the ratios)")
     p.add_argument("--timeout", type=float, default=None,
                    help="seconds per binary invocation (default 60 with --quick, else 1200)")
     p.add_argument("--build-dir", type=Path, default=ROOT / "build" / "bench-release",
@@ -159,6 +161,8 @@ def plan(args, workloads):
             jobs += [(w, f, None) for f in w.flavors[:1]]  # reported as one FAIL row
             continue
         for f in w.flavors:
+            if args.flavor and f not in args.flavor and f != w.baseline:
+                continue
             if f not in have:
                 notes.append(f"{w.name}: flavor {f} not built into {binary_path(args, w)}")
                 continue
