@@ -18,7 +18,7 @@ std::size_t default_thread_count();
 
 /// Options of a thread_pool: `weft::thread_pool pool{{.threads = 8, .priorities = 3}};`
 struct pool_options {
-  std::size_t threads = default_thread_count();  ///< worker threads, >= 1
+  std::size_t threads = default_thread_count();  ///< worker threads, 1..4096
   unsigned priorities = 4;                       ///< priority levels 1..16; 0 is highest
   bool pin = false;                              ///< bind worker i to core i (hwloc)
   unsigned spins = 64;                           ///< steal rounds before an idle worker parks

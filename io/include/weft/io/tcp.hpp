@@ -154,6 +154,7 @@ class tcp_stream {
   std::error_code shutdown(int how = SHUT_RDWR) noexcept;
   /// Cancels the operations in flight on this socket (they end with
   /// std::errc::operation_canceled). Thread-safe; asynchronous (handed to the loop).
+  /// Needs Linux 5.19 (IORING_ASYNC_CANCEL_FD): on older kernels it has no effect.
   void cancel();
   /// Closes the socket. Reads still in flight end (with eof): the socket is shut down
   /// first. Idempotent. Synchronous.
