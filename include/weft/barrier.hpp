@@ -32,6 +32,8 @@ class barrier {
   barrier& operator=(const barrier&) = delete;
 
   /// Awaiter of arrive_and_wait(): evaluates to the phase number it completed (0, 1, ...).
+  /// Used once by that co_await, on the awaiting thread (the coroutine protocol; not
+  /// thread-safe itself, the barrier is).
   class arrive_awaiter {
    public:
     bool await_ready() const noexcept { return false; }

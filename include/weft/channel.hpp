@@ -48,7 +48,7 @@
 
 namespace weft {
 
-/// What a non-blocking channel operation did.
+/// What a non-blocking channel operation did (a plain value).
 enum class channel_status : std::uint8_t {
   ok,      ///< the element was pushed / pulled
   full,    ///< try_push: a bounded channel holds `capacity` elements
@@ -78,6 +78,7 @@ class channel {
   };
 
  public:
+  /// The element type.
   using value_type = T;
   /// The capacity of an unbounded channel.
   static constexpr std::size_t unbounded = std::numeric_limits<std::size_t>::max();
@@ -151,7 +152,8 @@ class channel {
   }
 
   /// Awaiter of push(): `co_await ch.push(v)` evaluates to true once pushed, false if
-  /// the channel is (or gets) closed first.
+  /// the channel is (or gets) closed first. Holds the element until then. Used once by
+  /// that co_await, on the awaiting thread (not thread-safe itself; the channel is).
   class push_awaiter {
    public:
     bool await_ready() {
@@ -257,7 +259,8 @@ class channel {
   }
 
   /// Awaiter of pull(): `co_await ch.pull()` evaluates to the oldest element, or
-  /// nullopt once the channel is closed and drained.
+  /// nullopt once the channel is closed and drained. Used once by that co_await, on the
+  /// awaiting thread (not thread-safe itself; the channel is).
   class pull_awaiter {
    public:
     bool await_ready() { return m_ch->pull_ready(m_node); }

@@ -47,6 +47,7 @@
 #  define WEFT_TLS_VIA_CALLS 0
 #endif
 
+/// Inlining attributes of weft's own hot paths (internal; not meant for user code).
 #if defined(__clang__) || defined(__GNUC__)
 #  define WEFT_NOINLINE __attribute__((noinline))
 #  define WEFT_INLINE inline __attribute__((always_inline))

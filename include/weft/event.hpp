@@ -19,6 +19,7 @@ namespace weft {
 /// programming error.
 class manual_reset_event {
  public:
+  /// Starts set when `initially_set`, else clear.
   explicit manual_reset_event(bool initially_set = false) noexcept : m_set(initially_set) {}
   manual_reset_event(const manual_reset_event&) = delete;
   manual_reset_event& operator=(const manual_reset_event&) = delete;
@@ -44,7 +45,8 @@ class manual_reset_event {
     return m_set;
   }
 
-  /// Awaiter of wait().
+  /// Awaiter of wait(). Used once by that co_await, on the awaiting thread (the
+  /// coroutine protocol; not thread-safe itself, the event is).
   class wait_awaiter {
    public:
     bool await_ready() const noexcept { return m_event->is_set(); }
@@ -91,6 +93,7 @@ class manual_reset_event {
 /// Destroying it while waited on is a programming error.
 class auto_reset_event {
  public:
+  /// Starts set (one wait completes at once) when `initially_set`, else clear.
   explicit auto_reset_event(bool initially_set = false) noexcept : m_set(initially_set) {}
   auto_reset_event(const auto_reset_event&) = delete;
   auto_reset_event& operator=(const auto_reset_event&) = delete;
@@ -116,7 +119,8 @@ class auto_reset_event {
     return std::exchange(m_set, false);
   }
 
-  /// Awaiter of wait().
+  /// Awaiter of wait(). Used once by that co_await, on the awaiting thread (the
+  /// coroutine protocol; not thread-safe itself, the event is).
   class wait_awaiter {
    public:
     bool await_ready() noexcept { return m_event->try_wait(); }

@@ -68,10 +68,11 @@ WEFT_INLINE unsigned fiber_safe_prio() noexcept {
 /// The executor whose thread is running the caller, or nullptr on a plain thread.
 inline executor* current_executor() noexcept { return detail::fiber_safe_executor(); }
 
-/// The priority the running task was scheduled at (0 outside any executor).
+/// The priority the running task was scheduled at (0 outside any executor). Reads the
+/// calling thread's own state: thread-safe.
 inline unsigned current_priority() noexcept { return detail::fiber_safe_prio(); }
 
-/// Throws std::out_of_range naming `what` unless prio < ex.priorities().
+/// Throws std::out_of_range naming `what` unless prio < ex.priorities(). Thread-safe.
 void check_priority(const executor& ex, unsigned prio, const char* what);
 
 }  // namespace weft

@@ -196,6 +196,7 @@ using await_result_t = std::conditional_t<std::is_rvalue_reference_v<R>, std::re
 template <class T>
 class fiber_handle {
  public:
+  /// What awaiting the handle evaluates to: the fiber function's return type.
   using value_type = T;
 
   /// An empty handle; awaiting it throws std::logic_error.
@@ -212,9 +213,11 @@ class fiber_handle {
 
   /// True when the handle refers to a fiber whose result was not taken yet.
   bool valid() const noexcept { return m_state != nullptr; }
+  /// valid().
   explicit operator bool() const noexcept { return valid(); }
 
-  /// True once the fiber's function returned or threw (a racy snapshot).
+  /// True once the fiber's function returned or threw (a racy snapshot; safe to call
+  /// while the fiber runs on another thread).
   bool ready() const noexcept {
     return m_state != nullptr && m_state->m_join.load(std::memory_order_acquire) == detail::k_fiber_done;
   }
@@ -222,8 +225,10 @@ class fiber_handle {
   /// Lets the fiber run on unobserved (fire-and-forget; see the class comment).
   void detach() noexcept { reset(); }
 
+  /// What operator co_await returns (also what weft::await uses): used once by that
+  /// await, on the awaiting thread (the coroutine protocol; not thread-safe).
   struct awaiter {
-    fiber_handle* m_self;
+    fiber_handle* m_self;  ///< the handle awaited (emptied when the result is taken)
     bool await_ready() const noexcept {
       // acquire: the result (pairs with the driver's release exchange at completion)
       return m_self->m_state->m_join.load(std::memory_order_acquire) == detail::k_fiber_done;
@@ -247,6 +252,7 @@ class fiber_handle {
       throw std::logic_error("weft: co_await on an empty or already-awaited fiber_handle");
     return awaiter{this};
   }
+  /// Same as the lvalue form.
   awaiter operator co_await() && { return operator co_await(); }
 
   /// Not API: adopts a started fiber's state.

@@ -36,7 +36,8 @@
 
 namespace weft {
 
-/// Options of one dispatch: `{.members = 0, .priority = 1, .range = n}`.
+/// Options of one dispatch: `{.members = 0, .priority = 1, .range = n}`. A plain value
+/// (no synchronization); copied by dispatch.
 struct group_options {
   /// Members of the group; 0 means one per worker of the executor (a thread_pool's
   /// thread_count(), 1 for any other executor). At most 8,388,607.
@@ -51,25 +52,38 @@ struct group_options {
 };
 
 /// A half-open range of indices [first, last) from group::claim; empty when the claim
-/// space is exhausted. Iterable: `for (std::size_t i : r)`.
+/// space is exhausted. Iterable: `for (std::size_t i : r)`. A plain value (no
+/// synchronization): each member uses its own.
 struct index_range {
-  std::size_t first = 0;
-  std::size_t last = 0;
+  std::size_t first = 0;  ///< the first index
+  std::size_t last = 0;   ///< one past the last index
 
+  /// A forward iterator over the indices (a plain value).
   struct iterator {
+    /// An index.
     using value_type = std::size_t;
+    /// A distance between indices.
     using difference_type = std::ptrdiff_t;
-    std::size_t i = 0;
+    std::size_t i = 0;  ///< the index it points at
+    /// The index.
     std::size_t operator*() const noexcept { return i; }
+    /// The next index.
     iterator& operator++() noexcept { ++i; return *this; }
+    /// The next index; returns the previous position.
     iterator operator++(int) noexcept { return {i++}; }
+    /// Same index.
     bool operator==(const iterator&) const noexcept = default;
   };
 
+  /// Number of indices, last - first.
   std::size_t size() const noexcept { return last - first; }
+  /// True when it holds no index.
   bool empty() const noexcept { return first == last; }
+  /// !empty(): `for (auto r = g.claim(k); r; r = g.claim(k))`.
   explicit operator bool() const noexcept { return first != last; }
+  /// Iterator to `first`.
   iterator begin() const noexcept { return {first}; }
+  /// Iterator to `last`.
   iterator end() const noexcept { return {last}; }
 };
 
@@ -125,7 +139,10 @@ class group {
   /// Combines the `value`s of the members that call it, with `op`, in index order
   /// (op(op(v0, v1), v2)...), and returns the result to each of them. A collective:
   /// every member that has not returned from the kernel must call it (members that
-  /// returned already are left out).
+  /// returned already are left out). Each member calls it from its own kernel call
+  /// only (std::logic_error otherwise, see the class comment); `op` runs on every
+  /// member's thread at once, so it must be safe to call concurrently. Rethrows what
+  /// `op` throws, after the second barrier.
   template <class T, class Op>
   T reduce(T value, Op op) {
     const void*& mine = m_state->m_slots[m_index];
@@ -151,9 +168,10 @@ class group {
   }
 
   /// Returns member `root`'s `value` to every member (the others' values are ignored).
-  /// A collective: every member that has not returned must call it with the same root.
-  /// Throws std::out_of_range for root >= size(), std::logic_error if `root` returned
-  /// from the kernel already.
+  /// A collective: every member that has not returned must call it with the same root,
+  /// each from its own kernel call only (see the class comment); T is copied on every
+  /// member's thread at once from root's value. Throws std::out_of_range for root >=
+  /// size(), std::logic_error if `root` returned from the kernel already.
   template <class T>
   T broadcast(T value, std::size_t root = 0) {
     if (root >= size()) detail::throw_bad_root(root, size());
@@ -205,10 +223,14 @@ constexpr void check_kernel() {
 
 }  // namespace detail
 
-/// The awaitable weft::dispatch returns. Await it once.
+/// The awaitable weft::dispatch returns. Await it once, from one coroutine (the
+/// coroutine protocol; not thread-safe itself). Not movable: it owns the kernel the
+/// members run.
 template <class Kernel>
 class [[nodiscard]] dispatch_awaitable {
  public:
+  /// Plans the group (checks `opts` against `ex`: see weft::dispatch for the errors);
+  /// nothing runs until it is awaited.
   dispatch_awaitable(executor& ex, const group_options& opts, Kernel kernel)
       : m_kernel(std::move(kernel)), m_plan(detail::plan_group(ex, opts)) {}
   dispatch_awaitable(dispatch_awaitable&&) = delete;

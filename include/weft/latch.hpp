@@ -47,6 +47,8 @@ class latch {
   }
 
   /// Awaiter of wait().
+  /// Used once by that co_await, on the awaiting thread (the coroutine protocol; not
+  /// thread-safe itself, the latch is).
   class wait_awaiter {
    public:
     bool await_ready() const noexcept { return m_latch->try_wait(); }

@@ -27,7 +27,9 @@ class mutex {
   /// thread-safe (one owner).
   class [[nodiscard]] scoped_lock {
    public:
+    /// Holds no lock.
     scoped_lock() noexcept = default;
+    /// Takes over the lock of `m`, which the caller holds (try_lock() succeeded).
     explicit scoped_lock(mutex& m, std::adopt_lock_t) noexcept : m_mutex(&m) {}
     scoped_lock(scoped_lock&& o) noexcept : m_mutex(std::exchange(o.m_mutex, nullptr)) {}
     scoped_lock& operator=(scoped_lock&& o) noexcept {
@@ -40,6 +42,7 @@ class mutex {
     ~scoped_lock() { reset(); }
     /// True while it holds a lock.
     bool owns_lock() const noexcept { return m_mutex != nullptr; }
+    /// owns_lock().
     explicit operator bool() const noexcept { return owns_lock(); }
     /// Unlocks now (nothing if it holds no lock).
     void unlock() noexcept { reset(); }
@@ -67,6 +70,7 @@ class mutex {
   }
 
   /// A scoped_lock owning the mutex if try_lock() succeeds, else an empty one.
+  /// Thread-safe.
   scoped_lock try_lock_scoped() noexcept { return try_lock() ? scoped_lock{*this, std::adopt_lock} : scoped_lock{}; }
 
   /// Unlocks; the oldest waiter, if any, gets the mutex and resumes. Precondition: the
@@ -82,6 +86,8 @@ class mutex {
   }
 
   /// Awaiter of lock().
+  /// Used once by that co_await, on the awaiting thread (the coroutine protocol; not
+  /// thread-safe itself, the mutex is).
   class lock_awaiter {
    public:
     bool await_ready() noexcept { return m_mutex->try_lock(); }

@@ -18,7 +18,7 @@ std::size_t default_thread_count();
 
 /// Options of a thread_pool: `weft::thread_pool pool{{.threads = 8, .priorities = 3}};`
 struct pool_options {
-  std::size_t threads = default_thread_count();  ///< worker threads, >= 1
+  std::size_t threads = default_thread_count();  ///< worker threads, 1..4096
   unsigned priorities = 4;                       ///< priority levels 1..16; 0 is highest
   bool pin = false;                              ///< bind worker i to core i (hwloc)
   unsigned spins = 64;                           ///< steal rounds before an idle worker parks
@@ -47,12 +47,20 @@ class thread_pool final : public executor {
   thread_pool(const thread_pool&) = delete;
   thread_pool& operator=(const thread_pool&) = delete;
 
+  /// executor::schedule: from one of its workers, pushes `h` onto that worker's deque
+  /// (stealable); from any other thread, hands it to a parked worker or a worker's inbox
+  /// and wakes one. Thread-safe. Throws std::out_of_range for prio >= priorities(),
+  /// shutdown_error from a foreign thread once destruction began.
   void schedule(std::coroutine_handle<> h, unsigned prio) override;
+  /// pool_options::priorities. Thread-safe.
   unsigned priorities() const noexcept override;
+  /// True on one of this pool's worker threads. Thread-safe.
   bool owns_current_thread() const noexcept override;
+  /// On one of its workers: makes that worker's queued work visible to thieves (and
+  /// wakes one), since the worker is about to block. Elsewhere nothing. Thread-safe.
   void before_blocking() noexcept override;
 
-  /// Number of worker threads.
+  /// Number of worker threads. Thread-safe.
   std::size_t thread_count() const noexcept;
 
  private:

@@ -7,9 +7,11 @@
 
 namespace weft {
 
-/// Awaiter of resume_on().
+/// Awaiter of resume_on(). Used once by that co_await, on the awaiting thread (the
+/// coroutine protocol; not thread-safe itself).
 class resume_on_awaiter {
  public:
+  /// Targets `ex`, which must outlive the await.
   explicit resume_on_awaiter(executor& ex) noexcept : m_ex(&ex) {}
   bool await_ready() const noexcept { return false; }
   void await_suspend(std::coroutine_handle<> h) const {

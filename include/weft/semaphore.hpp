@@ -50,6 +50,8 @@ class semaphore {
   }
 
   /// Awaiter of acquire().
+  /// Used once by that co_await, on the awaiting thread (the coroutine protocol; not
+  /// thread-safe itself, the semaphore is).
   class acquire_awaiter {
    public:
     bool await_ready() noexcept { return m_sem->try_acquire(); }

@@ -18,10 +18,12 @@ namespace weft {
 template <class T>
 class [[nodiscard]] fork_handle {
  public:
+  /// The child's coroutine handle type.
   using handle_type = typename task<T>::handle_type;
 
   /// An empty handle; awaiting it throws std::logic_error.
   fork_handle() noexcept = default;
+  /// Not API: adopts the queued child `h` (made by spawn_op::fork).
   explicit fork_handle(handle_type h) noexcept : m_h(h) {}
   fork_handle(fork_handle&& o) noexcept : m_h(std::exchange(o.m_h, {})) {}
   fork_handle& operator=(fork_handle&& o) noexcept {
@@ -35,9 +37,11 @@ class [[nodiscard]] fork_handle {
 
   /// True when the handle refers to a child not yet awaited.
   bool valid() const noexcept { return static_cast<bool>(m_h); }
+  /// valid().
   explicit operator bool() const noexcept { return valid(); }
 
-  /// True once the child finished (a racy snapshot).
+  /// True once the child finished (a racy snapshot; safe to call while the child runs
+  /// on another thread).
   bool ready() const noexcept {
     return m_h && m_h.promise().m_join.load(std::memory_order_acquire) == detail::k_join_done;
   }
@@ -45,8 +49,10 @@ class [[nodiscard]] fork_handle {
   /// Lets the child run on unobserved (see the class comment).
   void detach() noexcept { reset(); }
 
+  /// What operator co_await returns: used once by that co_await, on the awaiting thread
+  /// (the coroutine protocol; not thread-safe).
   struct awaiter : detail::join_awaiter {
-    fork_handle* m_self;
+    fork_handle* m_self;  ///< the handle awaited (emptied when the result is taken)
     WEFT_INLINE decltype(auto) await_resume() {
       struct release_frame {
         handle_type h;
@@ -62,6 +68,7 @@ class [[nodiscard]] fork_handle {
     if (!m_h) [[unlikely]] detail::throw_bad_await("weft: co_await on an empty or already-awaited fork_handle");
     return awaiter{{m_h}, this};
   }
+  /// Same as the lvalue form.
   awaiter operator co_await() && { return operator co_await(); }
 
  private:
@@ -72,10 +79,12 @@ class [[nodiscard]] fork_handle {
 };
 
 /// What weft::spawn returns: configure with .priority() / .run_on(), then .fork(),
-/// .detach(), or co_await it. Single use.
+/// .detach(), or co_await it. Single use; not thread-safe (a temporary of the spawning
+/// code). The child it queues may run on any thread of its executor at once.
 template <class T>
 class [[nodiscard]] spawn_op {
  public:
+  /// Takes the child task (see weft::spawn).
   explicit spawn_op(task<T>&& t) noexcept : m_task(std::move(t)) {}
 
   /// Queue the child at priority p of its executor (0 is highest). Checked when the
@@ -157,6 +166,8 @@ class [[nodiscard]] spawn_op {
 
 /// Starts describing how task `t` runs beside its parent; see spawn_op.
 /// `auto h = weft::spawn(child()).fork(); ...; auto v = co_await h;`
+/// Thread-safe: call it from a task on any executor, a fiber, or a plain thread (there
+/// the child is queued on weft::default_pool() unless .run_on() names an executor).
 template <class T>
 WEFT_INLINE spawn_op<T> spawn(task<T>&& t) noexcept {
   return spawn_op<T>{std::move(t)};

@@ -90,7 +90,9 @@ auto spawn_many_impl(Storage ts) -> task<decltype(collect<T>(ts))> {
 /// one inline) and evaluates to their results in input order: std::vector<T> (nothing
 /// for T = void). The tasks are moved out of `r`. The first (lowest-index) exception is
 /// rethrown after all tasks finished. An empty range gives an empty vector.
-/// Throws std::logic_error if an element is an empty task. Call from a weft task.
+/// Throws std::logic_error if an element is an empty task. Call from a weft task (on
+/// any executor); the tasks run at once on that executor's threads, so anything they
+/// share must be thread-safe. The range itself is read on the calling thread.
 template <std::ranges::input_range R>
   requires detail::is_task<detail::range_task_t<R>>::value
 auto spawn_many(R&& r) {
@@ -105,19 +107,22 @@ auto spawn_many(R&& r) {
   }
 }
 
-/// std::array overload: evaluates to std::array<T, N> (no heap allocation).
+/// std::array overload: evaluates to std::array<T, N> (no heap allocation). Same
+/// contract as the range form.
 template <class T, std::size_t N>
 auto spawn_many(std::array<task<T>, N>&& ts) {
   return detail::spawn_many_impl<T>(std::move(ts));
 }
 
-/// Iterator-pair overload: the tasks in [first, last), moved from.
+/// Iterator-pair overload: the tasks in [first, last), moved from. Same contract as
+/// the range form.
 template <std::input_iterator It, std::sentinel_for<It> S>
 auto spawn_many(It first, S last) {
   return spawn_many(std::ranges::subrange(first, last));
 }
 
-/// Iterator + count overload: the `count` tasks starting at `first`, moved from.
+/// Iterator + count overload: the `count` tasks starting at `first`, moved from. Same
+/// contract as the range form.
 template <std::input_iterator It>
 auto spawn_many(It first, std::size_t count) {
   return spawn_many(std::ranges::subrange(std::counted_iterator(first, static_cast<std::iter_difference_t<It>>(count)),
@@ -125,6 +130,7 @@ auto spawn_many(It first, std::size_t count) {
 }
 
 /// Fixed-count overload: the N tasks starting at `first`, moved from, into a std::array.
+/// Same contract as the range form.
 template <std::size_t N, std::input_iterator It>
 auto spawn_many(It first) {
   using T = typename std::remove_cvref_t<std::iter_value_t<It>>::value_type;

@@ -58,7 +58,9 @@ task<std::tuple<tuple_slot_t<Ts>...>> spawn_tuple_impl(task<Ts>... ts) {
 /// Runs the tasks in parallel (all but the last queued where thieves can take them, the
 /// last inline) and evaluates to std::tuple of their results (std::monostate for a void
 /// task). The first (leftmost) exception is rethrown after every task finished.
-/// Throws std::logic_error if a task is empty. Call from a weft task.
+/// Throws std::logic_error if a task is empty. Call from a weft task (on any executor);
+/// the tasks run at once on that executor's threads, so anything they share must be
+/// thread-safe.
 template <class... Ts>
   requires(sizeof...(Ts) > 0)
 task<std::tuple<detail::tuple_slot_t<Ts>...>> spawn_tuple(task<Ts>... ts) {

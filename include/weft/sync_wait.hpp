@@ -103,6 +103,7 @@ T sync_wait(executor& ex, task<T> t, unsigned prio = 0) {
 
 /// Runs `t` on weft::default_pool() and returns its value: the async-main shape,
 /// `int main() { return weft::run(async_main()); }`. Same errors as sync_wait.
+/// Thread-safe: any thread but default_pool()'s own workers may call it.
 template <class T>
 T run(task<T> t) {
   return sync_wait(default_pool(), std::move(t));

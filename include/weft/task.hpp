@@ -149,13 +149,16 @@ struct promise_returns<void> : promise_base {
 template <class T>
 class [[nodiscard]] task {
  public:
+  /// What `co_await` on the task evaluates to.
   using value_type = T;
 
+  /// The coroutine promise (the compiler's protocol; not API).
   struct promise_type : detail::promise_returns<T> {
     task get_return_object() noexcept { return task{handle_type::from_promise(*this)}; }
     detail::final_awaiter final_suspend() const noexcept { return {}; }
     void unhandled_exception() noexcept { this->m_result.set_error(std::current_exception()); }
   };
+  /// The coroutine handle type (release() / handle(); not API).
   using handle_type = std::coroutine_handle<promise_type>;
 
   /// An empty task; awaiting it throws std::logic_error.
@@ -174,10 +177,13 @@ class [[nodiscard]] task {
 
   /// True when the task holds a coroutine (not default-constructed or moved-from).
   bool valid() const noexcept { return static_cast<bool>(m_h); }
+  /// valid().
   explicit operator bool() const noexcept { return valid(); }
 
+  /// What operator co_await returns: used once by that co_await, on the awaiting thread
+  /// (the coroutine protocol; not thread-safe).
   struct awaiter {
-    handle_type m_h;
+    handle_type m_h;  ///< the task's coroutine (still owned by the task)
     bool await_ready() const {
       if (!m_h) [[unlikely]] detail::throw_bad_await("weft: co_await on an empty or moved-from task");
       if (m_h.done()) [[unlikely]] detail::throw_bad_await("weft: co_await on a task that already completed");

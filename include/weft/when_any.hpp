@@ -31,11 +31,11 @@ namespace weft {
 
 /// The winner of a when_any: its position among the operands and its value
 /// (std::monostate for a void operand; for the variadic form a std::variant whose
-/// alternative `index` is set).
+/// alternative `index` is set). A plain value (no synchronization).
 template <class T>
 struct when_any_result {
-  std::size_t index;
-  T value;
+  std::size_t index;  ///< position of the winner among the operands, from 0
+  T value;            ///< the winner's value
 };
 
 namespace detail {
@@ -143,7 +143,10 @@ task<when_any_result<await_value_t<A>>> when_any_range(std::stop_source* stop, s
 /// loser has finished too it evaluates to {index, std::variant<values...>} (the winner's
 /// alternative, std::monostate for void), or rethrows the winner's exception. Losers'
 /// results and exceptions are dropped. See the file comment for what cancellation means.
-/// Call from a weft task; operands are moved in.
+/// Call from a weft task; operands are moved in. The operands run at once, possibly on
+/// different threads of the caller's executor: anything they share must be
+/// thread-safe. `stop` must outlive the await; request_stop() may be called on it from
+/// any thread.
 template <class... A>
   requires(sizeof...(A) >= 1)
 auto when_any(std::stop_source& stop, A... as) {
@@ -151,6 +154,7 @@ auto when_any(std::stop_source& stop, A... as) {
 }
 
 /// when_any without a stop source: losers are not asked to stop, only waited for.
+/// Same threading as the form above.
 template <class... A>
   requires(sizeof...(A) >= 1 && (!std::is_same_v<std::remove_cvref_t<A>, std::stop_source> && ...))
 auto when_any(A... as) {
@@ -158,13 +162,13 @@ auto when_any(A... as) {
 }
 
 /// Range form: operands of one type in a vector; evaluates to {index, value}. Throws
-/// std::invalid_argument for an empty vector.
+/// std::invalid_argument for an empty vector. Same threading as the variadic form.
 template <class A>
 auto when_any(std::stop_source& stop, std::vector<A> as) {
   return detail::when_any_range(&stop, std::move(as));
 }
 
-/// Range form without a stop source.
+/// Range form without a stop source. Same threading as the variadic form.
 template <class A>
 auto when_any(std::vector<A> as) {
   return detail::when_any_range(nullptr, std::move(as));

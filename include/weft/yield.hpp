@@ -15,7 +15,8 @@ bool higher_priority_waiting() noexcept;
 void requeue_current(std::coroutine_handle<> h) noexcept;
 }  // namespace detail
 
-/// Awaiter of yield_if_requested().
+/// Awaiter of yield_if_requested(). Stateless; used by the co_await on the awaiting
+/// thread (the coroutine protocol).
 struct yield_awaiter {
   bool await_ready() const noexcept { return !detail::higher_priority_waiting(); }
   std::coroutine_handle<> await_suspend(std::coroutine_handle<> h) const noexcept {
@@ -29,6 +30,7 @@ struct yield_awaiter {
 /// pool, suspends the task (re-queued at its own priority) so a worker can run that
 /// work first; otherwise continues at once, at the cost of a few loads. Use it in
 /// long-running low-priority loops. Outside a pool worker it never suspends.
+/// Thread-safe: it looks only at the calling worker's own pool.
 inline yield_awaiter yield_if_requested() noexcept { return {}; }
 
 }  // namespace weft

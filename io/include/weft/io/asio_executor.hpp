@@ -16,6 +16,7 @@
 namespace weft::io {
 
 /// Options of an asio_executor: `weft::io::asio_executor io{{.priorities = 2}};`
+/// A plain value (no synchronization); read once by the constructor.
 struct asio_options {
   unsigned priorities = 4;  ///< priority levels of its task queue, 1..16; 0 is highest
 };
@@ -49,8 +50,13 @@ class asio_executor final : public executor {
   /// Its Asio executor (Asio I/O objects take it as their executor). Thread-safe.
   asio::io_context::executor_type get_executor() noexcept { return m_context->get_executor(); }
 
+  /// executor::schedule: queues `h` at `prio` to run on the I/O thread. Thread-safe.
+  /// Throws std::out_of_range for prio >= priorities(), shutdown_error from another
+  /// thread once destruction began.
   void schedule(std::coroutine_handle<> h, unsigned prio) override;
+  /// asio_options::priorities. Thread-safe.
   unsigned priorities() const noexcept override { return m_priorities; }
+  /// True on this executor's I/O thread. Thread-safe.
   bool owns_current_thread() const noexcept override;
 
  private:

@@ -34,6 +34,7 @@ struct cancel_state {
 /// does every operation started with it later. Copies share the same state. Thread-safe.
 class cancel_source {
  public:
+  /// A fresh source, not cancelled. Throws std::bad_alloc.
   cancel_source() : m_state(std::make_shared<detail::cancel_state>()) {}
 
   /// Requests cancellation; idempotent. Thread-safe, never blocks on I/O.

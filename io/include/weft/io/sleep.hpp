@@ -30,7 +30,8 @@ detail::sleep_awaitable sleep_for(uring_context& ctx, std::chrono::duration<Rep,
 }
 
 /// Suspends the calling task until `t` on std::chrono::steady_clock (CLOCK_MONOTONIC),
-/// like sleep_for.
+/// like sleep_for (awaitable from any thread; a time already past yields once through
+/// the loop).
 template <class Duration>
 detail::sleep_awaitable sleep_until(uring_context& ctx,
                                     std::chrono::time_point<std::chrono::steady_clock, Duration> t) noexcept {

@@ -28,9 +28,10 @@
 namespace weft::io {
 
 /// An error_code and a byte count: `auto [ec, n] = co_await stream.read_some(...)`.
+/// A plain value (no synchronization).
 struct io_result {
-  std::error_code ec;
-  std::size_t n = 0;
+  std::error_code ec;  ///< empty on success
+  std::size_t n = 0;   ///< bytes transferred (also on some errors: write_all's partial count)
 };
 
 /// An IPv4 or IPv6 address and port. A value type; thread-safe to read.
@@ -44,12 +45,17 @@ class endpoint {
   /// parse sets `ec` to std::errc::invalid_argument and returns an empty endpoint.
   static endpoint parse(std::string_view address, std::uint16_t port, std::error_code& ec);
 
+  /// True for an endpoint with no address (default-constructed or failed to parse).
   bool empty() const noexcept { return m_len == 0; }
+  /// The port in host byte order; 0 for an empty endpoint.
   std::uint16_t port() const noexcept;
-  /// "127.0.0.1:8080" or "[::1]:8080".
+  /// "127.0.0.1:8080" or "[::1]:8080" ("(empty endpoint)" when empty).
   std::string to_string() const;
+  /// The socket address, for system calls (sockaddr_in or sockaddr_in6).
   const sockaddr* data() const noexcept { return reinterpret_cast<const sockaddr*>(&m_addr); }
+  /// The socket address storage, for system calls that fill it (then resize()).
   sockaddr* data() noexcept { return reinterpret_cast<sockaddr*>(&m_addr); }
+  /// Bytes of data() in use; 0 when empty.
   socklen_t size() const noexcept { return m_len; }
   /// Not API: sets the length after the kernel filled data().
   void resize(socklen_t n) noexcept { m_len = n; }
@@ -143,19 +149,24 @@ class tcp_stream {
     return {*m_ctx, m_fd, buf, len};
   }
 
-  /// shutdown(2): SHUT_RD, SHUT_WR or SHUT_RDWR. Synchronous.
+  /// shutdown(2): SHUT_RD, SHUT_WR or SHUT_RDWR. Synchronous; bad_file_descriptor when
+  /// the stream has no socket.
   std::error_code shutdown(int how = SHUT_RDWR) noexcept;
   /// Cancels the operations in flight on this socket (they end with
   /// std::errc::operation_canceled). Thread-safe; asynchronous (handed to the loop).
+  /// Needs Linux 5.19 (IORING_ASYNC_CANCEL_FD): on older kernels it has no effect.
   void cancel();
   /// Closes the socket. Reads still in flight end (with eof): the socket is shut down
   /// first. Idempotent. Synchronous.
   void close() noexcept;
-  /// Sets TCP_NODELAY.
+  /// Sets TCP_NODELAY. Synchronous.
   std::error_code set_no_delay(bool on) noexcept;
 
+  /// True while the stream has a socket.
   bool is_open() const noexcept { return m_fd >= 0; }
+  /// The socket's file descriptor, or -1; still owned by the stream.
   int native_handle() const noexcept { return m_fd; }
+  /// The uring_context its operations run on.
   uring_context& context() const noexcept { return *m_ctx; }
   /// Not API: takes the socket made by connect().
   void adopt(int fd) noexcept { m_fd = fd; }
@@ -166,9 +177,10 @@ class tcp_stream {
 };
 
 /// What tcp_listener::accept() yields: `auto [ec, stream] = co_await listener.accept()`.
+/// A plain value (no synchronization).
 struct accept_result {
-  std::error_code ec;
-  tcp_stream stream;
+  std::error_code ec;  ///< empty on success
+  tcp_stream stream;   ///< the connection; without a socket when `ec` is set
 };
 
 namespace detail {
@@ -187,6 +199,7 @@ class accept_awaitable : public uring_awaitable {
 /// an accept already pending does not). The context must outlive it.
 class tcp_listener {
  public:
+  /// A listener of `ctx`, not listening yet (listen() makes the socket).
   explicit tcp_listener(uring_context& ctx) noexcept : m_ctx(&ctx) {}
   tcp_listener(tcp_listener&& o) noexcept : m_ctx(o.m_ctx), m_state(std::exchange(o.m_state, nullptr)) {}
   tcp_listener& operator=(tcp_listener&&) = delete;

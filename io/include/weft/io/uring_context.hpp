@@ -23,15 +23,17 @@
 namespace weft::io {
 
 /// Options of a uring_context: `weft::io::uring_context io{{.entries = 1024}};`
+/// A plain value (no synchronization); read once by the constructor.
 struct uring_options {
-  unsigned entries = 2048;  ///< submission queue entries (the completion queue has twice as many)
+  unsigned entries = 2048;  ///< submission queue entries, 8..32768 (the completion queue has twice as many)
   unsigned priorities = 4;  ///< priority levels of its task queue, 1..16; 0 is highest
 };
 
 /// Thrown by uring_context's constructor when io_uring cannot be used here. code() is
 /// the cause from io_uring_setup: ENOSYS (kernel without io_uring), EPERM or EACCES
 /// (blocked by seccomp, a container policy or sysctl kernel.io_uring_disabled), ENOMEM
-/// (locked-memory limit); what() names it in words.
+/// (locked-memory limit); what() names it in words. Immutable once thrown: its const
+/// members may be read from any thread.
 class uring_unavailable : public std::system_error {
  public:
   using std::system_error::system_error;
@@ -96,11 +98,17 @@ class uring_context final : public executor {
   uring_context(const uring_context&) = delete;
   uring_context& operator=(const uring_context&) = delete;
 
+  /// executor::schedule: queues `h` at `prio` to run on the loop thread (from another
+  /// thread it wakes the loop). Thread-safe. Throws std::out_of_range for prio >=
+  /// priorities(), shutdown_error from another thread once destruction began.
   void schedule(std::coroutine_handle<> h, unsigned prio) override;
+  /// uring_options::priorities. Thread-safe.
   unsigned priorities() const noexcept override;
+  /// True on this context's loop thread. Thread-safe.
   bool owns_current_thread() const noexcept override;
 
-  /// True when this kernel supports multishot accept (one SQE, many connections).
+  /// True when this kernel supports multishot accept (one SQE, many connections):
+  /// Linux 5.19 or newer. Thread-safe.
   bool has_multishot_accept() const noexcept;
 
   /// Not API: starts `op`. On the loop thread it is prepared at once and may complete

@@ -85,9 +85,12 @@ struct lazy_operation;
 template <class Initiation, class InitArgs, class... Args>
 class [[nodiscard]] async_op {
  public:
+  /// What co_await evaluates to: void, the one completion value, or a std::tuple of them.
   using result_type = typename detail::op_result<Args...>::type;
+  /// The completion values as a tuple.
   using values_type = std::tuple<Args...>;
 
+  /// Not API: made by asio::async_result<use_task_t, ...>::initiate.
   async_op(Initiation init, InitArgs args) : m_init(std::move(init)), m_args(std::move(args)) {}
 
   bool await_ready() const noexcept { return false; }
@@ -100,6 +103,7 @@ class [[nodiscard]] async_op {
   /// Not API: starts the operation with a handler that completes into `sink`. The
   /// initiation and its arguments move to this stack frame first, so that the
   /// operation object is never touched after the initiation handed the handler on.
+  /// Called once, by the awaiting thread or the operation's I/O thread.
   template <class Sink>
   void start(Sink& sink) {
     Initiation init = std::move(m_init);
@@ -110,8 +114,10 @@ class [[nodiscard]] async_op {
   /// Not API: the I/O executor of the operation's object (for timers and cancellation).
   auto io_executor() const { return m_init.get_executor(); }
 
-  /// Not API: sink protocol.
+  /// Not API: sink protocol: no cancellation slot.
   asio::cancellation_slot cancellation_slot() const noexcept { return {}; }
+  /// Not API: sink protocol: stores the completion values and resumes the awaiting task
+  /// (called once, on the thread that completes the operation).
   void complete(Args... args) {
     m_values.emplace(std::move(args)...);
     m_waiter.resume();

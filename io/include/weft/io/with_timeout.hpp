@@ -54,6 +54,7 @@ class [[nodiscard]] timeout_op {
   using traits = detail::op_traits<Op>;
 
  public:
+  /// Not API: made by with_timeout.
   timeout_op(Op op, Duration d) : m_op(std::move(op)), m_duration(d) {}
 
   bool await_ready() const noexcept { return false; }
@@ -67,8 +68,9 @@ class [[nodiscard]] timeout_op {
     return traits::take(std::move(*m_values));
   }
 
-  /// Not API: sink protocol (on the I/O thread).
+  /// Not API: sink protocol (on the I/O thread): the slot the timer cancels through.
   asio::cancellation_slot cancellation_slot() noexcept { return m_signal.slot(); }
+  /// Not API: sink protocol (on the I/O thread): stores the values, stops the timer.
   template <class... Args>
   void complete(Args... args) {
     m_values.emplace(std::move(args)...);
@@ -107,7 +109,10 @@ class [[nodiscard]] timeout_op {
 /// error_code) for at most `d`: when the time runs out the operation is cancelled and
 /// its error_code is weft::io::error::timed_out (== std::errc::timed_out). The
 /// operation's object must provide its executor (sockets, acceptors, timers, resolvers
-/// and Asio's composed operations on them do).
+/// and Asio's composed operations on them do). Awaitable from any thread; the timer and
+/// the cancellation run on the operation's I/O thread, and the task resumes on the
+/// executor it awaited from. Asio's rule still holds: no other operation may be
+/// started on the same object concurrently.
 template <asio_operation Op, class Rep, class Period>
 auto with_timeout(Op&& op, std::chrono::duration<Rep, Period> d) {
   using op_t = std::remove_cvref_t<Op>;
@@ -123,6 +128,7 @@ class [[nodiscard]] cancel_op {
   using traits = detail::op_traits<Op>;
 
  public:
+  /// Not API: made by with_cancel.
   cancel_op(Op op, cancel_source source) : m_op(std::move(op)), m_source(std::move(source)) {
     m_reg.m_fn = &on_cancel;
   }
@@ -135,8 +141,9 @@ class [[nodiscard]] cancel_op {
   }
   typename traits::result_type await_resume() { return traits::take(std::move(*m_values)); }
 
-  /// Not API: sink protocol (on the I/O thread).
+  /// Not API: sink protocol (on the I/O thread): the slot a cancellation goes through.
   asio::cancellation_slot cancellation_slot() noexcept { return m_signal.slot(); }
+  /// Not API: sink protocol (on the I/O thread): stores the values, stops listening.
   template <class... Args>
   void complete(Args... args) {
     m_values.emplace(std::move(args)...);
@@ -181,7 +188,8 @@ class [[nodiscard]] cancel_op {
 /// Runs `op` (an Asio operation with use_task) until it completes or `source` requests
 /// cancellation, whichever comes first; a cancelled operation completes with
 /// asio::error::operation_aborted (ECANCELED in Asio's category). `source` may be
-/// cancelled from any thread, also before the operation starts.
+/// cancelled from any thread, also before the operation starts. Awaitable from any
+/// thread; the task resumes on the executor it awaited from.
 template <asio_operation Op>
 auto with_cancel(Op&& op, const cancel_source& source) {
   return cancel_op<std::remove_cvref_t<Op>>(std::forward<Op>(op), source);
