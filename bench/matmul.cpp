@@ -107,34 +107,28 @@ weft::task<void> matmul_fj(product p) {
   }
 }
 
-/// gs: the top level's two phases, each flattened into claimable C tiles of side
-/// k_gs_tile: in phase k a tile does C_tile += A[tile rows, k-th half] * B[k-th half,
-/// tile cols] as a row of square products of side k_gs_tile, each run by matmul_seq
-/// (so the same multiply_block calls as seq, regrouped). A barrier (next_phase)
-/// separates the two phases, which write the same C tiles.
-constexpr int k_gs_tile = 128;
+/// gs: the recursion's phases flattened. With blocks of side b (k_gs_levels halvings
+/// below n, at least k_base), the product is n/b phases; phase k does, for every C
+/// block (i, j), C_ij += A_ik * B_kj, so the blocks of a phase are independent and are
+/// claimed one by one, and a barrier (next_phase) separates phases, which write the
+/// same C blocks. Each block product is matmul_seq (the same multiply_block calls as
+/// seq, in the same order within a block), and the phases come in the order the
+/// recursion's own two-phase levels put them.
+constexpr int k_gs_levels = 2;
 
 void matmul_gs(int threads, const product& p) {
-  if (p.n <= k_base) {
-    weft_bench::gs_dispatch(threads, 1, [&p](weft::group& g) {
-      for (auto r = g.claim(1); r; r = g.claim(1)) multiply_block(p.a, p.b, p.c, p.n, p.stride);
-    });
-    return;
-  }
-  const int half = p.n / 2;
-  const int tile = std::min(half, k_gs_tile);
-  const int per_side = p.n / tile;
-  const std::size_t tiles = static_cast<std::size_t>(per_side) * per_side;
+  int b = p.n;
+  for (int l = 0; l < k_gs_levels && b / 2 >= k_base; ++l) b /= 2;
+  const int per_side = p.n / b;
+  const std::size_t blocks = static_cast<std::size_t>(per_side) * per_side;
   const int s = p.stride;
-  weft_bench::gs_dispatch(threads, tiles, [&](weft::group& g) {
-    for (int k = 0; k < 2; ++k) {
-      if (k == 1) g.next_phase(tiles);
+  weft_bench::gs_dispatch(threads, blocks, [&](weft::group& g) {
+    for (int k = 0; k < per_side; ++k) {
+      if (k != 0) g.next_phase(blocks);
       for (auto r = g.claim(1); r; r = g.claim(1)) {
         for (std::size_t t : r) {
-          const int ti = static_cast<int>(t) / per_side, tj = static_cast<int>(t) % per_side;
-          for (int kk = k * half; kk < (k + 1) * half; kk += tile) {
-            matmul_seq({p.a + ti * tile * s + kk, p.b + kk * s + tj * tile, p.c + ti * tile * s + tj * tile, tile, s});
-          }
+          const int i = static_cast<int>(t) / per_side, j = static_cast<int>(t) % per_side;
+          matmul_seq({p.a + i * b * s + k * b, p.b + k * b * s + j * b, p.c + i * b * s + j * b, b, s});
         }
       }
     }
