@@ -78,7 +78,7 @@ def metric_table(w, recs, runs):
             row.append(fmt(v, ",.0f"))
             if not k.endswith("samples"):
                 b = metric_median(base, k) if base else None
-                row.append(fmt(v / b if v is not None and b else None, ".4f"))
+                row.append(fmt(v / b if v is not None and b else None, ".3g"))
         row += [fmt(median_rss_mib(r), ".1f"), "ok" if r["status"] == "ok" else "FAIL: " + r["reason"]]
         rows.append(tuple(row))
     widths = [max(len(row[i]) for row in rows) for i in range(len(head) - 1)]

@@ -18,6 +18,7 @@
 #include "uring_impl.hpp"
 
 #include <sys/eventfd.h>
+#include <sys/syscall.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -77,13 +78,25 @@ uring_impl::uring_impl(uring_context& owner, const uring_options& options)
     throw std::invalid_argument("weft::io::uring_context: entries must be 8..32768 (got " +
                                 std::to_string(options.entries) + ")");
   io_uring_params params{};
-  params.flags = IORING_SETUP_CQSIZE;
+  // Only the loop thread ever submits (everything else is queued to it as a call), so
+  // the ring can be single-issuer with deferred task work: completions are processed
+  // when the loop enters the kernel to wait, not by interrupting it (Linux 6.1+). The
+  // ring starts disabled and the loop thread enables it, which makes it the issuer.
+  params.flags = IORING_SETUP_CQSIZE | IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN |
+                 IORING_SETUP_R_DISABLED;
   params.cq_entries = options.entries * 2;
   int r = io_uring_queue_init_params(options.entries, &m_ring, &params);
+  if (r == -EINVAL) {  // before Linux 6.1: no single-issuer / deferred task work
+    params = {};
+    params.flags = IORING_SETUP_CQSIZE;
+    params.cq_entries = options.entries * 2;
+    r = io_uring_queue_init_params(options.entries, &m_ring, &params);
+  }
   if (r == -EINVAL) {  // an old kernel without IORING_SETUP_CQSIZE
     params = {};
     r = io_uring_queue_init_params(options.entries, &m_ring, &params);
   }
+  m_enable_on_loop = r == 0 && (params.flags & IORING_SETUP_R_DISABLED) != 0;
   if (r < 0) throw uring_unavailable(std::error_code(-r, std::system_category()), unavailable_reason(-r));
   m_multishot_accept = kernel_at_least(5, 19);
   m_eventfd = ::eventfd(0, EFD_CLOEXEC);
@@ -250,6 +263,11 @@ void uring_impl::loop() {
   t_loop = this;
   weft::detail::t_executor = &m_owner;
   weft::detail::t_prio = 0;
+  if (m_enable_on_loop) {
+    // liburing 2.3 (Debian 12) has no io_uring_enable_rings(): the register call itself.
+    if (::syscall(__NR_io_uring_register, m_ring.ring_fd, IORING_REGISTER_ENABLE_RINGS, nullptr, 0) < 0)
+      std::fprintf(stderr, "weft::io::uring_context: enabling the ring failed: %s\n", std::strerror(errno));
+  }
   arm_wake();
   std::vector<std::pair<void (*)(void*), void*>> calls;
   std::vector<std::pair<void*, unsigned>> ready;

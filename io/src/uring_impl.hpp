@@ -49,6 +49,7 @@ class uring_impl {
   uring_context& m_owner;
   const unsigned m_priorities;
   bool m_multishot_accept = false;
+  bool m_enable_on_loop = false;  // ring created disabled (single issuer): the loop enables it
   /// Loop thread: internal SQEs whose last CQE must still come before the loop may end
   /// (a closed listener's cancelled accept, which frees its state and closes its fd).
   std::size_t m_lingering = 0;
