@@ -45,36 +45,21 @@ class manual_reset_event {
     return m_set;
   }
 
-  /// Awaiter of wait(). Used once by that co_await, on the awaiting thread (the
-  /// coroutine protocol; not thread-safe itself, the event is).
-  class wait_awaiter {
-   public:
-    bool await_ready() const noexcept { return m_event->is_set(); }
-    bool await_suspend(std::coroutine_handle<> h) noexcept {
-      m_node.park(h);
-      return m_event->park(m_node);
-    }
-    void await_resume() const noexcept {}
-
-   private:
-    friend class manual_reset_event;
-    explicit wait_awaiter(manual_reset_event& e) noexcept : m_event(&e) {}
-    manual_reset_event* m_event;
-    detail::waiter m_node;
-  };
+  /// Awaiter of wait() (see detail::park_awaiter).
+  using wait_awaiter = detail::park_awaiter<manual_reset_event>;
 
   /// `co_await ev.wait()`: continues once the event is set (at once if it is).
   [[nodiscard]] wait_awaiter wait() noexcept { return wait_awaiter{*this}; }
 
   /// Blocking wait for plain threads. Thread-safe.
-  void wait_blocking() noexcept {
-    detail::sync_signal signal;
-    detail::waiter node;
-    node.park(signal);
-    if (park(node)) detail::block_on(signal);
-  }
+  void wait_blocking() noexcept { detail::park_blocking(*this); }
 
  private:
+  template <class Owner>
+  friend class detail::park_awaiter;
+  template <class Owner>
+  friend void detail::park_blocking(Owner&) noexcept;
+  bool try_now() const noexcept { return is_set(); }
   bool park(detail::waiter& node) noexcept {
     std::lock_guard lock(m_lock);
     if (m_set) return false;
@@ -119,36 +104,21 @@ class auto_reset_event {
     return std::exchange(m_set, false);
   }
 
-  /// Awaiter of wait(). Used once by that co_await, on the awaiting thread (the
-  /// coroutine protocol; not thread-safe itself, the event is).
-  class wait_awaiter {
-   public:
-    bool await_ready() noexcept { return m_event->try_wait(); }
-    bool await_suspend(std::coroutine_handle<> h) noexcept {
-      m_node.park(h);
-      return m_event->park(m_node);
-    }
-    void await_resume() const noexcept {}
-
-   private:
-    friend class auto_reset_event;
-    explicit wait_awaiter(auto_reset_event& e) noexcept : m_event(&e) {}
-    auto_reset_event* m_event;
-    detail::waiter m_node;
-  };
+  /// Awaiter of wait() (see detail::park_awaiter).
+  using wait_awaiter = detail::park_awaiter<auto_reset_event>;
 
   /// `co_await ev.wait()`: takes the signal, waiting in FIFO order for a set().
   [[nodiscard]] wait_awaiter wait() noexcept { return wait_awaiter{*this}; }
 
   /// Blocking wait for plain threads. Thread-safe.
-  void wait_blocking() noexcept {
-    detail::sync_signal signal;
-    detail::waiter node;
-    node.park(signal);
-    if (park(node)) detail::block_on(signal);
-  }
+  void wait_blocking() noexcept { detail::park_blocking(*this); }
 
  private:
+  template <class Owner>
+  friend class detail::park_awaiter;
+  template <class Owner>
+  friend void detail::park_blocking(Owner&) noexcept;
+  bool try_now() noexcept { return try_wait(); }
   bool park(detail::waiter& node) noexcept {
     std::lock_guard lock(m_lock);
     if (std::exchange(m_set, false)) return false;

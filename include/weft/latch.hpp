@@ -46,37 +46,21 @@ class latch {
     return m_count == 0;
   }
 
-  /// Awaiter of wait().
-  /// Used once by that co_await, on the awaiting thread (the coroutine protocol; not
-  /// thread-safe itself, the latch is).
-  class wait_awaiter {
-   public:
-    bool await_ready() const noexcept { return m_latch->try_wait(); }
-    bool await_suspend(std::coroutine_handle<> h) noexcept {
-      m_node.park(h);
-      return m_latch->park(m_node);
-    }
-    void await_resume() const noexcept {}
-
-   private:
-    friend class latch;
-    explicit wait_awaiter(latch& l) noexcept : m_latch(&l) {}
-    latch* m_latch;
-    detail::waiter m_node;
-  };
+  /// Awaiter of wait() (see detail::park_awaiter).
+  using wait_awaiter = detail::park_awaiter<latch>;
 
   /// `co_await l.wait()`: continues once the count is zero.
   [[nodiscard]] wait_awaiter wait() noexcept { return wait_awaiter{*this}; }
 
   /// Blocking wait for plain threads. Thread-safe.
-  void wait_blocking() noexcept {
-    detail::sync_signal signal;
-    detail::waiter node;
-    node.park(signal);
-    if (park(node)) detail::block_on(signal);
-  }
+  void wait_blocking() noexcept { detail::park_blocking(*this); }
 
  private:
+  template <class Owner>
+  friend class detail::park_awaiter;
+  template <class Owner>
+  friend void detail::park_blocking(Owner&) noexcept;
+  bool try_now() noexcept { return try_wait(); }
   bool park(detail::waiter& node) noexcept {
     std::lock_guard lock(m_lock);
     if (m_count == 0) return false;

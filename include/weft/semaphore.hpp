@@ -49,38 +49,21 @@ class semaphore {
     return m_count;
   }
 
-  /// Awaiter of acquire().
-  /// Used once by that co_await, on the awaiting thread (the coroutine protocol; not
-  /// thread-safe itself, the semaphore is).
-  class acquire_awaiter {
-   public:
-    bool await_ready() noexcept { return m_sem->try_acquire(); }
-    bool await_suspend(std::coroutine_handle<> h) noexcept {
-      m_node.park(h);
-      return m_sem->park(m_node);
-    }
-    void await_resume() const noexcept {}
-
-   private:
-    friend class semaphore;
-    explicit acquire_awaiter(semaphore& s) noexcept : m_sem(&s) {}
-    semaphore* m_sem;
-    detail::waiter m_node;
-  };
+  /// Awaiter of acquire() (see detail::park_awaiter).
+  using acquire_awaiter = detail::park_awaiter<semaphore>;
 
   /// `co_await s.acquire()`: takes a permit, waiting in FIFO order while there is none.
   [[nodiscard]] acquire_awaiter acquire() noexcept { return acquire_awaiter{*this}; }
 
   /// Blocking acquire for plain threads. Thread-safe.
-  void acquire_wait() noexcept {
-    if (try_acquire()) return;
-    detail::sync_signal signal;
-    detail::waiter node;
-    node.park(signal);
-    if (park(node)) detail::block_on(signal);
-  }
+  void acquire_wait() noexcept { detail::park_blocking(*this); }
 
  private:
+  template <class Owner>
+  friend class detail::park_awaiter;
+  template <class Owner>
+  friend void detail::park_blocking(Owner&) noexcept;
+  bool try_now() noexcept { return try_acquire(); }
   bool park(detail::waiter& node) noexcept {
     std::lock_guard lock(m_lock);
     if (m_count != 0) {

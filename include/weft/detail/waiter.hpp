@@ -154,4 +154,37 @@ class deferred_wakes {
   waiter* m_last = nullptr;
 };
 
+/// The awaiter of a primitive whose waiters queue FIFO and resume with nothing to
+/// return (events, latch, semaphore). `Owner` provides, reachable from here (public or
+/// by friendship): `bool try_now()`, which may take what the waiter waits for, and
+/// `bool park(waiter&)`, which under the owner's lock queues the node, or returns false
+/// when there is no need to wait after all. Used once by its co_await, on the awaiting
+/// thread (the coroutine protocol; not thread-safe itself, the owner is).
+template <class Owner>
+class park_awaiter {
+ public:
+  explicit park_awaiter(Owner& owner) noexcept : m_owner(&owner) {}
+  bool await_ready() noexcept { return m_owner->try_now(); }
+  bool await_suspend(std::coroutine_handle<> h) noexcept {
+    m_node.park(h);
+    return m_owner->park(m_node);
+  }
+  void await_resume() const noexcept {}
+
+ private:
+  Owner* m_owner;
+  waiter m_node;
+};
+
+/// The same wait for a plain thread: blocks until the owner wakes it (at once when
+/// try_now() succeeds or park() says there is no need to wait).
+template <class Owner>
+void park_blocking(Owner& owner) noexcept {
+  if (owner.try_now()) return;
+  sync_signal signal;
+  waiter node;
+  node.park(signal);
+  if (owner.park(node)) block_on(signal);
+}
+
 }  // namespace weft::detail
