@@ -7,10 +7,14 @@
 #include <tbb/task_group.h>
 
 #include "common/driver.hpp"
+#include "common/fib.hpp"
 #include "common/executors.hpp"
 #include "common/gs.hpp"
 
 namespace {
+
+using weft_bench::fib_answer;
+using weft_bench::fib_fj;
 
 using weft_bench::tbb_arena;
 
@@ -39,13 +43,6 @@ std::uint64_t fib_omp(std::uint64_t n) {
   return a + b;
 }
 
-weft::task<std::uint64_t> fib_fj(std::uint64_t n) {
-  if (n < 2) co_return n;
-  auto a = weft::spawn(fib_fj(n - 1)).fork();
-  const std::uint64_t b = co_await fib_fj(n - 2);
-  co_return b + co_await a;
-}
-
 /// gs: the recursion's frontier at depth k_gs_depth (or its leaves above it) as a
 /// flat list of subproblems n'; the group claims them one by one, runs fib_seq(n') on
 /// each and sums with reduce. The calls are those of fib_seq(n), regrouped.
@@ -64,12 +61,6 @@ std::uint64_t fib_gs(int threads, std::uint64_t n) {
   std::vector<std::uint64_t> items;
   fib_frontier(n, k_gs_depth, items);
   return weft_bench::gs_sum(threads, items.size(), 1, [&items](std::size_t i) { return fib_seq(items[i]); });
-}
-
-std::uint64_t fib_answer(std::uint64_t n) {
-  std::uint64_t a = 0, b = 1;
-  for (std::uint64_t i = 0; i < n; ++i) b = std::exchange(a, b) + b;
-  return a;
 }
 
 const weft_bench::workload<std::uint64_t> k_fib{

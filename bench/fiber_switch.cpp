@@ -17,9 +17,13 @@
 #include <utility>
 
 #include "common/driver.hpp"
+#include "common/fib.hpp"
 #include "common/executors.hpp"
 
 namespace {
+
+using weft_bench::fib_answer;
+using weft_bench::fib_fj;
 
 constexpr std::uint64_t k_trips_per_n = 100'000;
 
@@ -90,24 +94,11 @@ weft::task<T> join_fiber(weft::fiber_handle<T> h) {
   co_return co_await h;
 }
 
-weft::task<std::uint64_t> fib_fj(std::uint64_t n) {
-  if (n < 2) co_return n;
-  auto a = weft::spawn(fib_fj(n - 1)).fork();
-  const std::uint64_t b = co_await fib_fj(n - 2);
-  co_return b + co_await a;
-}
-
 std::uint64_t fib_fiber(std::uint64_t n) {
   if (n < 2) return n;
   auto a = weft::spawn_fiber([n] { return fib_fiber(n - 1); });
   const std::uint64_t b = fib_fiber(n - 2);
   return b + weft::await(a);
-}
-
-std::uint64_t fib_answer(std::uint64_t n) {
-  std::uint64_t a = 0, b = 1;
-  for (std::uint64_t i = 0; i < n; ++i) b = std::exchange(a, b) + b;
-  return a;
 }
 
 template <class Fn>

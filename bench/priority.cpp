@@ -22,26 +22,17 @@
 #include <vector>
 
 #include "common/driver.hpp"
+#include "common/fib.hpp"
 #include "common/executors.hpp"
 
 namespace {
 
+using weft_bench::fib_answer;
+using weft_bench::fib_fj;
+
 using clock_type = std::chrono::steady_clock;
 
 constexpr auto k_probe_interval = std::chrono::microseconds(100);
-
-weft::task<std::uint64_t> fib_fj(std::uint64_t n) {
-  if (n < 2) co_return n;
-  auto a = weft::spawn(fib_fj(n - 1)).fork();
-  const std::uint64_t b = co_await fib_fj(n - 2);
-  co_return b + co_await a;
-}
-
-std::uint64_t fib_answer(std::uint64_t n) {
-  std::uint64_t a = 0, b = 1;
-  for (std::uint64_t i = 0; i < n; ++i) b = std::exchange(a, b) + b;
-  return a;
-}
 
 struct probe_slot {
   clock_type::time_point posted;
