@@ -96,12 +96,17 @@ void* worker::find_work() noexcept {
   const bool inbox_first = ++m_tick % 61 == 0;
   for (unsigned p = 0; p < m_prios; ++p) {
     void* item = inbox_first ? m_inbox.pop(p) : nullptr;
-    if (item == nullptr) item = pop_local(*this, p);
+    if (item == nullptr) {
+      if ((item = pop_local(*this, p)) != nullptr) {  // own work: no posted backlog to announce
+        t_prio = p;
+        return item;
+      }
+    }
     if (item == nullptr && !inbox_first) item = m_inbox.pop(p);
     if (item == nullptr && m_prios > 1) item = steal_at(p, false);  // strict priority across workers
     if (item != nullptr) {
       t_prio = p;
-      rearm_if_more(p);
+      rearm_if_more(p);  // taken from an inbox or another worker: more may be queued behind it
       return item;
     }
   }
