@@ -124,16 +124,19 @@ struct join_awaiter {
 
   WEFT_NOINLINE std::coroutine_handle<> register_waiter(std::coroutine_handle<> parent, void* other) noexcept {
     promise_base& p = *m_p;
+    // Read before the CAS: once it publishes the parent, the child may finish and resume
+    // the parent on another thread, which frees the child's frame.
+    const unsigned prio = p.m_prio;
     std::uintptr_t expected = k_join_none;
     // release: the parent's state before suspending is visible to whoever resumes it;
     // acquire (failure): the child's result (pairs with complete_queued's exchange).
     if (!p.m_join.compare_exchange_strong(expected, reinterpret_cast<std::uintptr_t>(parent.address()),
                                           std::memory_order_acq_rel, std::memory_order_acquire)) {
-      if (other != nullptr) push_local(*t_worker, p.m_prio, other);  // give it back
-      return parent;                                                  // child already done
+      if (other != nullptr) push_local(*t_worker, prio, other);  // give it back
+      return parent;                                              // child already done
     }
     if (other != nullptr) {
-      t_prio = p.m_prio;
+      t_prio = prio;
       return std::coroutine_handle<>::from_address(other);  // our own newest work (maybe the child)
     }
     return take_local();
