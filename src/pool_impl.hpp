@@ -52,12 +52,20 @@ struct alignas(k_cache_line) worker : worker_context {
   void* steal_at(unsigned prio, bool ask) noexcept;  // one sweep over the victims (stealing.cpp)
   bool park() noexcept;          // true when the pool is finished (idle.cpp)
   void rearm_if_more(unsigned prio) noexcept;  // keep urgent work announced (worker.cpp)
+  bool lone_ripe(std::size_t key, std::uint64_t word) noexcept;  // patience with lone items (stealing.cpp)
 
   pool_impl& m_pool;
   std::unique_ptr<split_deque[]> m_deque_storage;
   inbox m_inbox;
   std::vector<unsigned> m_victims;  // steal order, nearest first (topology.cpp)
   unsigned m_tick = 0;
+  // Per victim and priority (index victim * m_prios + prio): the last lone word seen
+  // there and since when (stealing.cpp).
+  struct lone_sighting {
+    std::uint64_t word = 0;
+    std::int64_t since_ns = 0;
+  };
+  std::vector<lone_sighting> m_lone_seen;
   bool m_searching = false;      // counted as a searcher in the pool's idle word
   alignas(k_cache_line) std::atomic<std::uint32_t> m_futex{0};  // 1 = woken
   std::thread m_thread;

@@ -7,21 +7,58 @@
 // publishes half of its private work at its next push or pop (weft/detail/split_deque.hpp),
 // so a searching thief usually succeeds on one of its next sweeps.
 //
+// Lone items (see weft/detail/split_deque.hpp) are not taken at first sight: a thief
+// takes one only after it has seen the victim's public word unchanged for
+// k_lone_patience. An owner about to join its only child pops it back within
+// nanoseconds (the word changes), so serial chains of tasks stay on one thread; an
+// owner busy with other work leaves it there, and it is stolen 3 us late. (The Go
+// scheduler gives its `runnext` slot the same 3 us before stealing it.)
+//
 // Searching (search()): a worker that found nothing on its own becomes a searcher
 // (counted in the pool's idle word, so that producers do not wake more workers while
 // someone is already looking), sweeps all victims at all priorities up to `spins`
 // times with a pause in between, and either returns work or gives up (then parks).
 #include <immintrin.h>
 
+#include <chrono>
+
 #include "pool_impl.hpp"
 
 namespace weft::detail {
+
+namespace {
+constexpr std::int64_t k_lone_patience_ns = 3000;
+
+std::int64_t now_ns() noexcept {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+bool worker::lone_ripe(std::size_t key, std::uint64_t word) noexcept {
+  lone_sighting& seen = m_lone_seen[key];
+  const std::int64_t now = now_ns();
+  if (seen.word != word) {
+    seen.word = word;
+    seen.since_ns = now;
+    return false;
+  }
+  return now - seen.since_ns >= k_lone_patience_ns;
+}
 
 void* worker::steal_at(unsigned prio, bool ask) noexcept {
   for (unsigned v : m_victims) {
     worker& victim = *m_pool.m_workers[v];
     split_deque& d = victim.m_deques[prio];
-    if (void* item = (ask || d.looks_stealable()) ? d.steal() : nullptr) return item;
+    if (ask || d.looks_stealable()) {
+      const std::uint64_t word = d.snapshot();
+      const std::uint32_t n = split_deque::shared_count(word);
+      if (n == 0) {
+        if (ask) d.request_share();
+      } else if (!split_deque::lone(word) || lone_ripe(std::size_t{v} * m_prios + prio, word)) {
+        if (void* item = d.steal_from(word)) return item;
+      }
+    }
     if (void* item = victim.m_inbox.try_steal(prio)) return item;
   }
   return nullptr;

@@ -62,7 +62,8 @@ void* inbox::try_steal(unsigned prio) noexcept {
 // ---- worker ------------------------------------------------------------------------
 
 worker::worker(pool_impl& pool, unsigned index, unsigned prios)
-    : m_pool(pool), m_deque_storage(new split_deque[prios]), m_inbox(prios) {
+    : m_pool(pool), m_deque_storage(new split_deque[prios]), m_inbox(prios),
+      m_lone_seen(std::size_t{pool.m_opts.threads} * prios) {
   m_deques = m_deque_storage.get();
   m_prios = prios;
   m_index = index;
@@ -94,6 +95,7 @@ void* worker::find_work() noexcept {
   if (m_inline_limit.load(std::memory_order_relaxed) != m_prios) m_inline_limit.store(m_prios, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_acquire);  // pairs with announce_urgent's release store
   const bool inbox_first = ++m_tick % 61 == 0;
+  for (unsigned p = 0; p < m_prios; ++p) m_deques[p].restore_lone_credit();  // a new run (split_deque.hpp)
   for (unsigned p = 0; p < m_prios; ++p) {
     void* item = inbox_first ? m_inbox.pop(p) : nullptr;
     if (item == nullptr) {

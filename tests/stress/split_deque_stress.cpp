@@ -29,8 +29,15 @@ void run_round(int thieves, std::size_t items, unsigned burst) {
   std::vector<std::thread> ts;
   for (int t = 0; t < thieves; ++t) {
     ts.emplace_back([&] {
+      unsigned attempts = 0;
       for (;;) {
-        if (void* p = d.steal()) {
+        // Every other attempt the way a worker does it: snapshot, leave lone items.
+        const std::uint64_t w = d.snapshot();
+        void* p = (++attempts & 1) != 0 ? d.steal()
+                  : weft::detail::split_deque::shared_count(w) == 0 || weft::detail::split_deque::lone(w)
+                      ? nullptr
+                      : d.steal_from(w);
+        if (p != nullptr) {
           table.take(p);
           stolen.fetch_add(1, std::memory_order_relaxed);
         } else if (owner_done.load(std::memory_order_acquire)) {
@@ -107,4 +114,36 @@ TEST_CASE("split_deque: push fails when full; the oldest item is stolen first", 
   REQUIRE(d.pop() == nullptr);
   for (std::uint32_t i = 0; i < weft::detail::split_deque::k_capacity; ++i) REQUIRE(d.push(&cells[0]));
   REQUIRE_FALSE(d.push(&cells[0]));
+}
+
+TEST_CASE("split_deque: a lone item is marked, and only one is shared per credit", "[split_deque]") {
+  using weft::detail::split_deque;
+  split_deque d;
+  static int cells[3];
+  REQUIRE(d.push(&cells[0]));
+  REQUIRE(d.worth_sharing());  // one private item, lone credit
+  REQUIRE(d.share());
+  std::uint64_t w = d.snapshot();
+  REQUIRE(split_deque::shared_count(w) == 1);
+  REQUIRE(split_deque::lone(w));
+  // The owner takes it back (as a join does): the thief's snapshot is stale now.
+  REQUIRE(d.pop() == &cells[0]);
+  REQUIRE(d.steal_from(w) == nullptr);
+  // The credit is spent: one private item is not worth sharing any more...
+  REQUIRE(d.push(&cells[0]));
+  REQUIRE_FALSE(d.worth_sharing());
+  // ...two are, and sharing half of them is not lone.
+  REQUIRE(d.push(&cells[1]));
+  REQUIRE(d.worth_sharing());
+  REQUIRE(d.share());
+  w = d.snapshot();
+  REQUIRE(split_deque::shared_count(w) == 1);
+  REQUIRE_FALSE(split_deque::lone(w));
+  REQUIRE(d.steal_from(w) == &cells[0]);
+  REQUIRE(d.pop() == &cells[1]);
+  REQUIRE(d.pop() == nullptr);  // everything shared was stolen: the credit comes back
+  REQUIRE(d.push(&cells[2]));
+  REQUIRE(d.worth_sharing());
+  d.restore_lone_credit();
+  REQUIRE(d.pop() == &cells[2]);
 }

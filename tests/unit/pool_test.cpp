@@ -7,14 +7,17 @@
 
 #include <catch2/catch.hpp>
 
+#include "bounded_wait.hpp"
 #include "executors.hpp"
 #include "sync.hpp"
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <stdexcept>
+#include <thread>
 
 namespace {
 
@@ -36,6 +39,44 @@ weft::task<void> count_and_fork(std::atomic<std::size_t>& n, tracker t) {
   weft::spawn(weft_test::count_run(n, t)).detach();
   n.fetch_add(1, std::memory_order_relaxed);
   co_return;
+}
+
+// A serial chain: each link is forked and joined at once. The links run one after the
+// other (each join orders them), so the trace needs no synchronisation.
+struct chain_trace {
+  std::thread::id last;
+  std::size_t links = 0;
+  std::size_t moves = 0;  // links that ran on another thread than the link before
+};
+
+weft::task<void> chain_link(chain_trace& tr) {
+  const auto id = std::this_thread::get_id();
+  if (tr.links++ != 0 && id != tr.last) ++tr.moves;
+  tr.last = id;
+  co_return;
+}
+
+weft::task<void> serial_chain(std::size_t n, chain_trace& tr) {
+  for (std::size_t i = 0; i < n; ++i) {
+    auto next = weft::spawn(chain_link(tr)).fork();
+    co_await next;
+  }
+}
+
+weft::task<std::thread::id> note_thread(std::atomic<bool>& ran) {
+  ran.store(true, std::memory_order_release);
+  co_return std::this_thread::get_id();
+}
+
+// Forks one child, then computes (spins) with no scheduling point until the child has
+// run: only another worker can run it meanwhile. Returns whether that happened.
+weft::task<bool> fork_then_compute() {
+  std::atomic<bool> ran{false};
+  auto child = weft::spawn(note_thread(ran)).fork();
+  const bool ran_meanwhile = weft_test::eventually([&] { return ran.load(std::memory_order_acquire); });
+  const std::thread::id parent_thread = std::this_thread::get_id();  // the join may resume us elsewhere
+  const std::thread::id child_thread = co_await child;
+  co_return ran_meanwhile && child_thread != parent_thread;
 }
 
 } // namespace
@@ -122,4 +163,29 @@ TEST_CASE("thread_pool: a pool shutting down refuses posts from outside and stil
   p.finish();
   CHECK(p.probes_ran() == accepted);
   CHECK(p.probes_alive() == 0);
+}
+
+TEST_CASE("thread_pool: a serial chain of forks and joins stays on one thread", "[pool][scheduling]") {
+  // Each link is the parent's only queued work and is joined at once: an idle worker
+  // that stole it would only make the chain ping-pong between threads (latency (c)).
+  weft::thread_pool pool(weft::pool_options{.threads = 2});
+  constexpr std::size_t k_links = 20'000;
+  chain_trace tr;
+  weft::sync_wait(pool, serial_chain(k_links, tr));
+  REQUIRE(tr.links == k_links);
+  INFO("links that changed thread: " << tr.moves);
+  CHECK(tr.moves <= k_links / 100);  // a few, when the OS preempts the chain's thread
+}
+
+TEST_CASE("thread_pool: a lone forked child is stolen while its parent computes", "[pool][scheduling]") {
+  // The other side of the rule above: a child that is not joined at once still runs
+  // in parallel (taken by the idle worker after a short patience).
+  weft::thread_pool pool(weft::pool_options{.threads = 2});
+  for (int round = 0; round < 5; ++round) {
+    // Precondition, not synchronisation: let the idle worker reach its search or park,
+    // where it asks the busy one to share.
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    INFO("round " << round);
+    CHECK(weft::sync_wait(pool, fork_then_compute()));
+  }
 }

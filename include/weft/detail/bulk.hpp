@@ -44,9 +44,10 @@ void fork_bulk(std::size_t n, At at, bool chain) {
     p->m_parent_prio = static_cast<std::uint8_t>(prio);
     if (chain) p->m_next_join = previous;
     previous = h.address();
-    d.push(h.address());
+    d.put(static_cast<std::uint32_t>(i), h.address());  // room checked above
   }
-  if (n > 0 && d.share_requested()) on_work_available(*w, d);
+  d.commit(static_cast<std::uint32_t>(n));
+  if (n > 0 && d.share_requested() && d.worth_sharing()) on_work_available(*w, d);
 }
 
 /// Runs awaited-mode task `h` inline, keeping its result in its frame.

@@ -25,6 +25,16 @@
 // * The consequence of the design: private work is invisible to thieves until the
 //   owner next pushes or pops. Code that is about to block a worker thread calls
 //   share_all() first (weft::sync_wait does).
+// * Lone items. A share that publishes the owner's only item (nothing stays private,
+//   one item shared) sets the `lone` bit of the word: that item is most likely the
+//   child its parent joins a few nanoseconds later (a chain of dependent tasks), and a
+//   thief taking it would only make the two threads ping-pong. Thieves give a lone
+//   item time before taking it (src/stealing.cpp), and the owner shares a lone item
+//   only while it holds `lone credit` (worth_sharing()): the credit is spent by a lone
+//   share and given back when a shared item of this deque is found stolen or when the
+//   worker goes back to its loop (restore_lone_credit()). So a serial chain publishes
+//   at most one item per run of its thread, while a task that forks one child and then
+//   computes for long still gets its child stolen.
 #pragma once
 
 #include <atomic>
@@ -63,6 +73,14 @@ class split_deque {
     return true;
   }
 
+  /// Owner only, bulk push: writes `item` i places above the bottom. The caller checked
+  /// free_slots() >= n for the n items it puts, and then calls commit(n).
+  WEFT_INLINE void put(std::uint32_t i, void* item) noexcept {
+    slot(m_bottom_local + i).store(item, std::memory_order_relaxed);  // published by share()'s release CAS
+  }
+  /// Owner only: the n items put() wrote become the newest private items.
+  WEFT_INLINE void commit(std::uint32_t n) noexcept { m_bottom_local += n; }
+
   /// Owner only: how many slots are still free.
   std::uint32_t free_slots() const noexcept { return k_capacity - m_bottom_local; }
 
@@ -92,6 +110,15 @@ class split_deque {
   /// Owner only: true when the owner holds private work (nothing shared).
   bool has_private() const noexcept { return m_bottom_local > m_split; }
 
+  /// Owner only: is answering a share request worth it now? Yes with two or more
+  /// private items; with one, only while the deque holds lone credit (see above).
+  WEFT_INLINE bool worth_sharing() const noexcept {
+    return m_bottom_local - m_split >= 2 || (m_lone_credit && m_bottom_local > m_split);
+  }
+
+  /// Owner only: a new run of the worker loop; a lone item may be shared again.
+  void restore_lone_credit() noexcept { m_lone_credit = true; }
+
   /// Owner only: publish half of the private region (at least one item). Returns
   /// whether anything was published.
   bool share() noexcept { return share_up_to(m_split + (m_bottom_local - m_split + 1) / 2); }
@@ -99,16 +126,20 @@ class split_deque {
   /// Owner only: publish the whole private region (before the owner blocks).
   bool share_all() noexcept { return share_up_to(m_bottom_local); }
 
-  /// Any thread: take the oldest shared item, or nullptr. Never blocks.
-  void* steal() noexcept {
-    std::uint64_t w = m_public.load(std::memory_order_acquire);  // pairs with share()'s release
+  /// Any thread: the public word (top, split, epoch, lone bit), for steal_from().
+  /// Acquire: pairs with share()'s release, so the published slots can be read.
+  std::uint64_t snapshot() const noexcept { return m_public.load(std::memory_order_acquire); }
+  /// How many items snapshot `w` shows in the shared region.
+  static constexpr std::uint32_t shared_count(std::uint64_t w) noexcept {
+    return top_of(w) < split_of(w) ? split_of(w) - top_of(w) : 0;
+  }
+  /// Does snapshot `w` show exactly one shared item that was the owner's only one?
+  static constexpr bool lone(std::uint64_t w) noexcept { return (w & k_lone_bit) != 0 && shared_count(w) == 1; }
+
+  /// Any thread: take the oldest shared item of snapshot `w` (shared_count(w) > 0), or
+  /// nullptr when the word changed since (someone else took it, or the owner).
+  void* steal_from(std::uint64_t w) noexcept {
     const std::uint32_t t = top_of(w), s = split_of(w);
-    if (t >= s) {
-      // Nothing shared: ask the owner to share at its next push or pop. Test first so
-      // that idle thieves do not keep writing the owner's cache line.
-      if (!m_split_req.load(std::memory_order_relaxed)) m_split_req.store(true, std::memory_order_relaxed);
-      return nullptr;
-    }
     void* item = slot(t).load(std::memory_order_relaxed);
     // acq_rel: acquire keeps the release sequence of the publishing CAS; a stale word
     // (epoch changed, slot maybe reused) fails here, so `item` is only used when valid.
@@ -118,9 +149,20 @@ class split_deque {
     return nullptr;
   }
 
+  /// Any thread: take the oldest shared item (lone or not), or nullptr. Never blocks.
+  void* steal() noexcept {
+    const std::uint64_t w = snapshot();
+    if (shared_count(w) == 0) {
+      request_share();  // nothing shared: ask the owner to share at its next push or pop
+      return nullptr;
+    }
+    return steal_from(w);
+  }
+
   /// Any thread: ask the owner to share at its next push or pop (a worker about to
   /// park does this to every deque, so that new work wakes it).
   void request_share() noexcept {
+    // Test first so that idle thieves do not keep writing the owner's cache line.
     if (!m_split_req.load(std::memory_order_relaxed)) m_split_req.store(true, std::memory_order_relaxed);
   }
 
@@ -139,15 +181,18 @@ class split_deque {
 
  private:
   static constexpr std::uint64_t k_index_mask = (std::uint64_t{1} << k_index_bits) - 1;
+  // Bit 63: lone (see above). Bits 40..62: epoch. 20 bits each: top, split.
+  static constexpr std::uint64_t k_lone_bit = std::uint64_t{1} << 63;
+  static constexpr std::uint64_t k_epoch_mask = (std::uint64_t{1} << (63 - 2 * k_index_bits)) - 1;
   static constexpr std::uint32_t top_of(std::uint64_t w) noexcept {
     return static_cast<std::uint32_t>((w >> k_index_bits) & k_index_mask);
   }
   static constexpr std::uint32_t split_of(std::uint64_t w) noexcept {
     return static_cast<std::uint32_t>(w & k_index_mask);
   }
-  static constexpr std::uint64_t epoch_of(std::uint64_t w) noexcept { return w >> (2 * k_index_bits); }
+  static constexpr std::uint64_t epoch_of(std::uint64_t w) noexcept { return (w >> (2 * k_index_bits)) & k_epoch_mask; }
   static constexpr std::uint64_t pack(std::uint64_t e, std::uint32_t t, std::uint32_t s) noexcept {
-    return (e << (2 * k_index_bits)) | (std::uint64_t{t} << k_index_bits) | s;
+    return ((e & k_epoch_mask) << (2 * k_index_bits)) | (std::uint64_t{t} << k_index_bits) | s;
   }
 
   std::atomic_ref<void*> slot(std::uint32_t i) const noexcept { return std::atomic_ref<void*>(m_slots[i]); }
@@ -156,11 +201,14 @@ class split_deque {
     m_split_req.store(false, std::memory_order_relaxed);
     if (ns <= m_split) return false;
     std::uint64_t w = m_public.load(std::memory_order_relaxed);
+    bool lone = false;
     // seq_cst: the release half publishes the slots (pairs with steal()'s acquire);
     // the total order pairs with a parking worker's seq_cst re-check.
-    while (!m_public.compare_exchange_weak(w, pack(epoch_of(w), top_of(w), ns), std::memory_order_seq_cst,
-                                           std::memory_order_relaxed)) {
-    }
+    do {
+      lone = ns == m_bottom_local && ns - top_of(w) == 1;  // the only item, now shared
+    } while (!m_public.compare_exchange_weak(w, pack(epoch_of(w), top_of(w), ns) | (lone ? k_lone_bit : 0),
+                                             std::memory_order_seq_cst, std::memory_order_relaxed));
+    if (lone) m_lone_credit = false;
     m_split = ns;
     return true;
   }
@@ -175,6 +223,7 @@ class split_deque {
         // stays compact. Thieves do not CAS an empty word, so this cannot fail for long.
         if (m_public.compare_exchange_weak(w, pack(e, 0, 0), std::memory_order_relaxed,
                                            std::memory_order_relaxed)) {
+          m_lone_credit = true;  // sharing paid off: thieves took what was shared
           m_split = 0;
           m_bottom_local = 0;
           return nullptr;
@@ -195,6 +244,7 @@ class split_deque {
   alignas(k_cache_line) void** m_slots = nullptr;
   std::uint32_t m_bottom_local = 0;  // next free slot
   std::uint32_t m_split = 0;         // owner's copy of split (only the owner changes it)
+  bool m_lone_credit = true;         // may share a lone item (see above)
   // Shared lines.
   alignas(k_cache_line) std::atomic<std::uint64_t> m_public{0};  // epoch | top | split
   alignas(k_cache_line) std::atomic<bool> m_split_req{false};      // a thief wants work

@@ -44,6 +44,8 @@ void push_overflow(worker_context& w, unsigned prio, void* item);
 /// Owner: push ready work (a coroutine frame address) at priority prio. The only
 /// shared-memory read is the deque's share request, which both searching thieves and
 /// workers about to park raise (so the push path needs no look at the idle state).
+/// A request stays pending while sharing is not worth it (split_deque::worth_sharing:
+/// a lone item without lone credit), and is answered at the first push that makes it so.
 WEFT_INLINE void push_local(worker_context& w, unsigned prio, void* item) {
   split_deque& d = w.m_deques[prio];
   if (!d.push(item)) [[unlikely]] {
@@ -51,7 +53,7 @@ WEFT_INLINE void push_local(worker_context& w, unsigned prio, void* item) {
     return;
   }
   if (d.share_requested()) [[unlikely]]
-    on_work_available(w, d);
+    if (d.worth_sharing()) on_work_available(w, d);
 }
 
 /// Owner: pop the newest work at priority prio, or nullptr.
@@ -59,7 +61,7 @@ WEFT_INLINE void* pop_local(worker_context& w, unsigned prio) noexcept {
   split_deque& d = w.m_deques[prio];
   void* item = d.pop();
   if (d.share_requested()) [[unlikely]]
-    on_work_available(w, d);
+    if (d.worth_sharing()) on_work_available(w, d);
   return item;
 }
 
