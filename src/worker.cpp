@@ -154,9 +154,9 @@ void lower_inline_limit(worker_context& w, unsigned limit) noexcept {
   }
 }
 
-void on_work_available(worker_context& ctx, split_deque& d) noexcept {
+void on_work_available(worker_context& ctx, split_deque& d, bool plain) noexcept {
   auto& w = static_cast<worker&>(ctx);
-  if (!d.share()) return;
+  if (!d.share(!plain)) return;
   // The seq_cst read of the idle word, after share()'s seq_cst CAS, pairs with a parking
   // worker's registration and re-check in park() (one of the two sees the other).
   w.m_pool.wake_if_unsearched();
@@ -183,7 +183,7 @@ bool higher_priority_waiting() noexcept {
 
 void requeue_current(std::coroutine_handle<> h) noexcept {
   auto* self = static_cast<worker*>(t_worker);
-  push_local(*self, t_prio, h.address());
+  push_local_plain(*self, t_prio, h.address());
 }
 
 }  // namespace weft::detail

@@ -146,4 +146,11 @@ TEST_CASE("split_deque: a lone item is marked, and only one is shared per credit
   REQUIRE(d.worth_sharing());
   d.restore_lone_credit();
   REQUIRE(d.pop() == &cells[2]);
+  // Work that is not a forked child (a wake-up) is shared plainly, even when alone.
+  REQUIRE(d.push(&cells[2]));
+  REQUIRE(d.share(false));
+  w = d.snapshot();
+  REQUIRE(split_deque::shared_count(w) == 1);
+  REQUIRE_FALSE(split_deque::lone(w));
+  REQUIRE(d.steal_from(w) == &cells[2]);
 }

@@ -34,7 +34,9 @@
 //   share and given back when a shared item of this deque is found stolen or when the
 //   worker goes back to its loop (restore_lone_credit()). So a serial chain publishes
 //   at most one item per run of its thread, while a task that forks one child and then
-//   computes for long still gets its child stolen.
+//   computes for long still gets its child stolen. Only forked children count: work
+//   pushed for other reasons (a task woken by a channel, a yield) is shared at once and
+//   never lone, since its pusher goes on running (worker_context.hpp, push_local_plain).
 #pragma once
 
 #include <atomic>
@@ -120,8 +122,11 @@ class split_deque {
   void restore_lone_credit() noexcept { m_lone_credit = true; }
 
   /// Owner only: publish half of the private region (at least one item). Returns
-  /// whether anything was published.
-  bool share() noexcept { return share_up_to(m_split + (m_bottom_local - m_split + 1) / 2); }
+  /// whether anything was published. `may_be_lone` = false: the newest item is not a
+  /// forked child (a wake-up, a yield): never mark it lone, whatever is left private.
+  bool share(bool may_be_lone = true) noexcept {
+    return share_up_to(m_split + (m_bottom_local - m_split + 1) / 2, may_be_lone);
+  }
 
   /// Owner only: publish the whole private region (before the owner blocks).
   bool share_all() noexcept { return share_up_to(m_bottom_local); }
@@ -197,7 +202,7 @@ class split_deque {
 
   std::atomic_ref<void*> slot(std::uint32_t i) const noexcept { return std::atomic_ref<void*>(m_slots[i]); }
 
-  bool share_up_to(std::uint32_t ns) noexcept {
+  bool share_up_to(std::uint32_t ns, bool may_be_lone = true) noexcept {
     m_split_req.store(false, std::memory_order_relaxed);
     if (ns <= m_split) return false;
     std::uint64_t w = m_public.load(std::memory_order_relaxed);
@@ -205,7 +210,7 @@ class split_deque {
     // seq_cst: the release half publishes the slots (pairs with steal()'s acquire);
     // the total order pairs with a parking worker's seq_cst re-check.
     do {
-      lone = ns == m_bottom_local && ns - top_of(w) == 1;  // the only item, now shared
+      lone = may_be_lone && ns == m_bottom_local && ns - top_of(w) == 1;  // the only item, now shared
     } while (!m_public.compare_exchange_weak(w, pack(epoch_of(w), top_of(w), ns) | (lone ? k_lone_bit : 0),
                                              std::memory_order_seq_cst, std::memory_order_relaxed));
     if (lone) m_lone_credit = false;

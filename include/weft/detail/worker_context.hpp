@@ -37,7 +37,8 @@ void* take_urgent(worker_context& w, unsigned below) noexcept;
 
 /// Slow path after a push or pop (src/worker.cpp): share work with thieves that asked
 /// or with parked workers, and wake one when nobody is searching.
-void on_work_available(worker_context& w, split_deque& d) noexcept;
+/// `plain`: the newest item is not a forked child (see push_local_plain).
+void on_work_available(worker_context& w, split_deque& d, bool plain = false) noexcept;
 /// The deque is full: queue `item` in the worker's inbox instead (src/worker.cpp).
 void push_overflow(worker_context& w, unsigned prio, void* item);
 
@@ -54,6 +55,19 @@ WEFT_INLINE void push_local(worker_context& w, unsigned prio, void* item) {
   }
   if (d.share_requested()) [[unlikely]]
     if (d.worth_sharing()) on_work_available(w, d);
+}
+
+/// Owner: push ready work that is not a forked child about to be joined: a task woken
+/// by a channel, an event or an I/O completion, a task that yields. Its pusher goes on
+/// running, so a waiting thief gets it at once (never as a lone item).
+WEFT_INLINE void push_local_plain(worker_context& w, unsigned prio, void* item) {
+  split_deque& d = w.m_deques[prio];
+  if (!d.push(item)) [[unlikely]] {
+    push_overflow(w, prio, item);
+    return;
+  }
+  if (d.share_requested()) [[unlikely]]
+    on_work_available(w, d, true);
 }
 
 /// Owner: pop the newest work at priority prio, or nullptr.
