@@ -41,7 +41,7 @@ worker* pool_impl::current_worker() const noexcept {
 
 void pool_impl::schedule(void* item, unsigned prio) {
   if (worker* w = current_worker()) {
-    push_local_plain(*w, prio, item);  // a wake-up or a post from inside: shared at once when asked
+    push_local(*w, prio, item, true);  // a wake-up or a post from inside: shared at once when asked
     return;
   }
   struct in_schedule {

@@ -183,7 +183,7 @@ bool higher_priority_waiting() noexcept {
 
 void requeue_current(std::coroutine_handle<> h) noexcept {
   auto* self = static_cast<worker*>(t_worker);
-  push_local_plain(*self, t_prio, h.address());
+  push_local(*self, t_prio, h.address(), true);
 }
 
 }  // namespace weft::detail

@@ -36,7 +36,7 @@
 //   at most one item per run of its thread, while a task that forks one child and then
 //   computes for long still gets its child stolen. Only forked children count: work
 //   pushed for other reasons (a task woken by a channel, a yield) is shared at once and
-//   never lone, since its pusher goes on running (worker_context.hpp, push_local_plain).
+//   never lone, since its pusher goes on running (worker_context.hpp, push_local with `plain`).
 #pragma once
 
 #include <atomic>

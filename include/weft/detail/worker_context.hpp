@@ -37,7 +37,7 @@ void* take_urgent(worker_context& w, unsigned below) noexcept;
 
 /// Slow path after a push or pop (src/worker.cpp): share work with thieves that asked
 /// or with parked workers, and wake one when nobody is searching.
-/// `plain`: the newest item is not a forked child (see push_local_plain).
+/// `plain`: the newest item is not a forked child (see push_local).
 void on_work_available(worker_context& w, split_deque& d, bool plain = false) noexcept;
 /// The deque is full: queue `item` in the worker's inbox instead (src/worker.cpp).
 void push_overflow(worker_context& w, unsigned prio, void* item);
@@ -47,27 +47,17 @@ void push_overflow(worker_context& w, unsigned prio, void* item);
 /// workers about to park raise (so the push path needs no look at the idle state).
 /// A request stays pending while sharing is not worth it (split_deque::worth_sharing:
 /// a lone item without lone credit), and is answered at the first push that makes it so.
-WEFT_INLINE void push_local(worker_context& w, unsigned prio, void* item) {
+/// `plain`: the item is not a forked child about to be joined (a task woken by a
+/// channel, an event or an I/O completion, a task that yields); its pusher goes on
+/// running, so a waiting thief gets it at once, never as a lone item.
+WEFT_INLINE void push_local(worker_context& w, unsigned prio, void* item, bool plain = false) {
   split_deque& d = w.m_deques[prio];
   if (!d.push(item)) [[unlikely]] {
     push_overflow(w, prio, item);
     return;
   }
   if (d.share_requested()) [[unlikely]]
-    if (d.worth_sharing()) on_work_available(w, d);
-}
-
-/// Owner: push ready work that is not a forked child about to be joined: a task woken
-/// by a channel, an event or an I/O completion, a task that yields. Its pusher goes on
-/// running, so a waiting thief gets it at once (never as a lone item).
-WEFT_INLINE void push_local_plain(worker_context& w, unsigned prio, void* item) {
-  split_deque& d = w.m_deques[prio];
-  if (!d.push(item)) [[unlikely]] {
-    push_overflow(w, prio, item);
-    return;
-  }
-  if (d.share_requested()) [[unlikely]]
-    on_work_available(w, d, true);
+    if (plain || d.worth_sharing()) on_work_available(w, d, plain);
 }
 
 /// Owner: pop the newest work at priority prio, or nullptr.
