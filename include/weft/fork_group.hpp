@@ -48,13 +48,7 @@ class fork_group {
     std::vector<task<T>> ts = std::move(m_tasks);
     m_tasks.clear();
     for (std::size_t i = ts.size(); i-- > 0;) co_await detail::join_awaiter{ts[i].handle()};
-    detail::rethrow_first_error(ts);
-    if constexpr (!std::is_void_v<T>) {
-      std::vector<T> out;
-      out.reserve(ts.size());
-      for (auto& t : ts) out.push_back(t.handle().promise().m_result.take());
-      co_return out;
-    }
+    co_return detail::collect<T>(ts);
   }
 
  private:

@@ -25,44 +25,6 @@ struct is_task<task<T>> : std::true_type {};
 template <class R>
 using range_task_t = std::remove_cvref_t<std::ranges::range_value_t<R>>;
 
-/// The results of finished tasks `ts` in order (nothing for void), or the first
-/// (lowest-index) exception: std::vector for a vector of tasks, std::array for an array.
-template <class T>
-auto collect(std::vector<task<T>>& ts) {
-  rethrow_first_error(ts);
-  if constexpr (!std::is_void_v<T>) {
-    std::vector<T> out;
-    out.reserve(ts.size());
-    for (auto& t : ts) out.push_back(t.handle().promise().m_result.take());
-    return out;
-  }
-}
-
-template <class T, std::size_t N>
-auto collect(std::array<task<T>, N>& ts) {
-  rethrow_first_error(ts);
-  if constexpr (!std::is_void_v<T>) {
-    return [&]<std::size_t... I>(std::index_sequence<I...>) {
-      return std::array<T, N>{ts[I].handle().promise().m_result.take()...};
-    }(std::make_index_sequence<N>{});
-  }
-}
-
-/// The coroutine handles of `ts` (same container shape); throws for an empty task.
-template <class T>
-auto handles_of(std::vector<task<T>>& ts) {
-  std::vector<typename task<T>::handle_type> hs(ts.size());
-  for (std::size_t i = 0; i < ts.size(); ++i) hs[i] = ts[i].handle();
-  return hs;
-}
-
-template <class T, std::size_t N>
-auto handles_of(std::array<task<T>, N>& ts) {
-  std::array<typename task<T>::handle_type, N> hs;
-  for (std::size_t i = 0; i < N; ++i) hs[i] = ts[i].handle();
-  return hs;
-}
-
 /// spawn_many's one coroutine: bulk-fork 0..n-2, run n-1 inline, join n-2..0 newest
 /// first (weft/detail/bulk.hpp), then collect. `Storage` is a std::vector or std::array
 /// of tasks, owned here until the results are taken.
@@ -71,16 +33,21 @@ auto spawn_many_impl(Storage ts) -> task<decltype(collect<T>(ts))> {
   using promise = typename task<T>::promise_type;
   for (const auto& t : ts)
     if (!t.valid()) [[unlikely]] throw_bad_await("weft::spawn_many: empty or moved-from task");
-  auto hs = handles_of<T>(ts);
-  const std::size_t n = hs.size();
+  const std::size_t n = ts.size();
   if (n > 1) {
     fork_bulk(
-        n - 1, [&](std::size_t i) { return std::pair<promise_base*, std::coroutine_handle<>>{&hs[i].promise(), hs[i]}; },
+        n - 1, [&](std::size_t i) { return std::pair<promise_base*, std::coroutine_handle<>>{&ts[i].handle().promise(), ts[i].handle()}; },
         true);
-    if (t_worker != nullptr) hs[n - 1].promise().m_next_join = hs[n - 2].address();
+    if (t_worker != nullptr) {
+      // The inline child chains into its queued siblings (chain_next_join), which
+      // fork_bulk queued at t_prio: chained siblings share one priority.
+      promise& last = ts[n - 1].handle().promise();
+      last.m_prio = static_cast<std::uint8_t>(t_prio);
+      last.m_next_join = ts[n - 2].handle().address();
+    }
   }
-  if (n > 0) co_await run_inline_awaiter<promise>{hs[n - 1]};
-  for (std::size_t i = n; i-- > 1;) co_await join_awaiter{hs[i - 1]};
+  if (n > 0) co_await run_inline_awaiter<promise>{ts[n - 1].handle()};
+  for (std::size_t i = n; i-- > 1;) co_await join_awaiter{ts[i - 1].handle()};
   co_return collect<T>(ts);
 }
 

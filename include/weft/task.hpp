@@ -94,9 +94,9 @@ WEFT_INLINE std::coroutine_handle<> chain_next_join(Promise& p) noexcept {
   auto next = std::coroutine_handle<Promise>::from_address(p.m_next_join);
   worker_context* w = t_worker;
   Promise& np = next.promise();
-  if (w != nullptr && np.m_prio == p.m_prio && np.m_prio < w->m_inline_limit.load(std::memory_order_relaxed) &&
-      w->m_deques[np.m_prio].peek_private() == p.m_next_join) {
-    (void)w->m_deques[np.m_prio].pop();
+  // Siblings chained by m_next_join share one priority (fork_bulk, spawn_many_impl).
+  if (w != nullptr && np.m_prio < w->m_inline_limit.load(std::memory_order_relaxed) &&
+      w->m_deques[np.m_prio].pop_if_newest(p.m_next_join)) {
     np.m_mode = completion::awaited;  // joined inline: it returns straight to the continuation
     np.m_continuation = p.m_continuation;
     // Marked done already: nobody else can see it now, and the joiner only looks after

@@ -154,3 +154,20 @@ TEST_CASE("split_deque: a lone item is marked, and only one is shared per credit
   REQUIRE_FALSE(split_deque::lone(w));
   REQUIRE(d.steal_from(w) == &cells[2]);
 }
+
+TEST_CASE("split_deque: pop_if_newest takes only the newest private item it names", "[split_deque]") {
+  weft::detail::split_deque d;
+  static int cells[3];
+  REQUIRE_FALSE(d.pop_if_newest(&cells[0]));  // empty
+  REQUIRE(d.push(&cells[0]));
+  REQUIRE(d.push(&cells[1]));
+  REQUIRE(d.push(&cells[2]));
+  REQUIRE_FALSE(d.pop_if_newest(&cells[1]));  // not the newest: nothing taken
+  REQUIRE(d.pop_if_newest(&cells[2]));
+  REQUIRE(d.share());  // publishes the oldest of the two left (cells[0])
+  REQUIRE(d.pop_if_newest(&cells[1]));
+  // cells[0] is shared now: only pop() (racing thieves) may take it back.
+  REQUIRE_FALSE(d.pop_if_newest(&cells[0]));
+  REQUIRE(d.steal() == &cells[0]);
+  REQUIRE(d.pop() == nullptr);
+}

@@ -17,6 +17,7 @@
 #include <numeric>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -214,6 +215,27 @@ TEMPLATE_LIST_TEST_CASE("spawn_many: an empty task in the range throws std::logi
     co_return false;
   }());
   CHECK(r);
+}
+
+weft::task<unsigned> my_priority() { co_return weft::current_priority(); }
+
+TEMPLATE_LIST_TEST_CASE("spawn_many: children run at the parent's priority, the parent keeps it",
+                        "[spawn_many]", weft_test::all_executors) {
+  auto pool = TestType::make();
+  REQUIRE(pool.priorities() >= 3);
+  for (unsigned prio : {0u, 2u}) {
+    auto r = weft::sync_wait(
+        pool,
+        []() -> weft::task<std::pair<std::vector<unsigned>, unsigned>> {
+          std::vector<weft::task<unsigned>> ts;
+          for (int i = 0; i < 16; ++i) ts.push_back(my_priority());
+          auto seen = co_await weft::spawn_many(std::move(ts));
+          co_return std::pair{std::move(seen), weft::current_priority()};
+        }(),
+        prio);
+    CHECK(r.first == std::vector<unsigned>(16, prio));
+    CHECK(r.second == prio);
+  }
 }
 
 TEMPLATE_LIST_TEST_CASE("spawn_many: wide and nested fan-outs", "[spawn_many]", weft_test::all_executors) {

@@ -9,9 +9,13 @@
 // after every child finished.
 #pragma once
 
+#include <array>
 #include <coroutine>
 #include <cstddef>
 #include <span>
+#include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "weft/detail/fork.hpp"
 #include "weft/task.hpp"
@@ -67,6 +71,32 @@ template <class Range>
 void rethrow_first_error(const Range& ts) {
   for (const auto& t : ts)
     if (t.handle().promise().m_result.has_error()) std::rethrow_exception(t.handle().promise().m_result.error());
+}
+
+/// The results of finished tasks `ts` in order (nothing for void), or the first
+/// (lowest-index) exception: std::vector for a vector of tasks, std::array for an
+/// array. take() rethrows, so taking in index order rethrows the lowest-index one.
+template <class T>
+auto collect(std::vector<task<T>>& ts) {
+  if constexpr (std::is_void_v<T>) {
+    rethrow_first_error(ts);
+  } else {
+    std::vector<T> out;
+    out.reserve(ts.size());
+    for (auto& t : ts) out.push_back(t.handle().promise().m_result.take());
+    return out;
+  }
+}
+
+template <class T, std::size_t N>
+auto collect(std::array<task<T>, N>& ts) {
+  if constexpr (std::is_void_v<T>) {
+    rethrow_first_error(ts);
+  } else {
+    return [&]<std::size_t... I>(std::index_sequence<I...>) {
+      return std::array<T, N>{ts[I].handle().promise().m_result.take()...};  // in order
+    }(std::make_index_sequence<N>{});
+  }
 }
 
 }  // namespace weft::detail

@@ -97,11 +97,15 @@ class split_deque {
     return pop_shared();
   }
 
-  /// Owner only: the item pop() would return, without taking it (nullptr if it would
-  /// have to race thieves for it).
-  void* peek_private() const noexcept {
-    return m_bottom_local > m_split ? slot(m_bottom_local - 1).load(std::memory_order_relaxed)
-                                    : nullptr;
+  /// Owner only: pops the newest item if it is private and equal to `item`; else
+  /// leaves the deque as it is and returns false.
+  WEFT_INLINE bool pop_if_newest(void* item) noexcept {
+    const std::uint32_t b = m_bottom_local;
+    if (b > m_split && slot(b - 1).load(std::memory_order_relaxed) == item) {
+      m_bottom_local = b - 1;
+      return true;
+    }
+    return false;
   }
 
   /// Owner only: did a thief ask for work?
