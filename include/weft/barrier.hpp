@@ -36,11 +36,15 @@ class barrier {
   /// thread-safe itself, the barrier is).
   class arrive_awaiter {
    public:
+    /// Never ready: the arrival happens in await_suspend.
     bool await_ready() const noexcept { return false; }
+    /// Arrives for the awaiting coroutine `h`: true when it waits for the rest of the
+    /// phase, false (resume at once) when this arrival was the phase's last.
     bool await_suspend(std::coroutine_handle<> h) noexcept {
       m_node.park(h);
       return m_barrier->arrive(m_node, m_phase);
     }
+    /// The number of the phase this arrival belonged to (completed by now).
     std::size_t await_resume() const noexcept { return m_phase; }
 
    private:
@@ -64,7 +68,8 @@ class barrier {
     return phase;
   }
 
-  /// Arrives for this phase and leaves the barrier for all later ones. Thread-safe.
+  /// Arrives for this phase and leaves the barrier for all later ones. Called at most
+  /// once per participant (more calls than participants are undefined). Thread-safe.
   void arrive_and_drop() noexcept {
     detail::waiter* all = nullptr;
     {

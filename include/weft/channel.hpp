@@ -90,6 +90,7 @@ class channel {
   }
   channel(const channel&) = delete;
   channel& operator=(const channel&) = delete;
+  /// Destroys the elements still stored. Nothing may wait on the channel any more.
   ~channel() = default;
 
   /// The capacity given at construction (channel::unbounded if none). Thread-safe.
@@ -156,15 +157,21 @@ class channel {
   /// that co_await, on the awaiting thread (not thread-safe itself; the channel is).
   class push_awaiter {
    public:
+    /// Tries the push without waiting (as try_push): true (no suspension) unless the
+    /// channel is full. Throws what try_push throws (nothing pushed).
     bool await_ready() {
       const channel_status s = m_ch->try_push(std::move(m_value));
       m_node.m_ok = s == channel_status::ok;
       return s != channel_status::full;
     }
+    /// Queues the awaiting coroutine `h` as a producer: true. False (resume at once) when
+    /// a consumer, room or close() came meanwhile and the push was settled here. Throws
+    /// what allocating a segment throws (nothing pushed).
     bool await_suspend(std::coroutine_handle<> h) {
       m_node.park(h);
       return m_ch->park_producer(m_node, m_value);
     }
+    /// True when the element was pushed, false when the channel was closed first.
     bool await_resume() const noexcept { return m_node.m_ok; }
 
    private:
@@ -228,7 +235,8 @@ class channel {
   /// Returns how many were pushed (fewer than n only when the channel was closed).
   /// Elements of one push_n are contiguous in the channel only when no other producer
   /// pushes at the same time. Thread-safe; `first` must stay valid until it completes.
-  template <std::input_iterator It>
+  /// A forward iterator: after a partial batch the rest is read from a copy of `first`.
+  template <std::forward_iterator It>
   task<std::size_t> push_n(It first, std::size_t n) {
     std::size_t done = 0;
     while (done < n) {
@@ -263,11 +271,16 @@ class channel {
   /// awaiting thread (not thread-safe itself; the channel is).
   class pull_awaiter {
    public:
+    /// Takes the oldest element, or sees the end of a closed and drained channel, without
+    /// waiting: true (no suspension) unless the channel is empty and open.
     bool await_ready() { return m_ch->pull_ready(m_node); }
+    /// Queues the awaiting coroutine `h` as a consumer: true. False (resume at once) when
+    /// an element or close() came meanwhile and was taken here.
     bool await_suspend(std::coroutine_handle<> h) {
       m_node.park(h);
       return m_ch->park_consumer(m_node);
     }
+    /// The element pulled, or nullopt once the channel is closed and drained.
     std::optional<T> await_resume() noexcept { return std::move(m_node.m_value); }
 
    private:

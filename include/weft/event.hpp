@@ -8,6 +8,7 @@
 
 #include <coroutine>
 #include <mutex>
+#include <utility>
 
 #include "weft/detail/spin_lock.hpp"
 #include "weft/detail/waiter.hpp"

@@ -10,8 +10,10 @@ namespace weft {
 
 /// Thrown by post/schedule into an executor that is shutting down (from a thread that
 /// is not one of its own workers).
+/// Immutable once thrown: its const members may be read from any thread.
 class shutdown_error : public std::runtime_error {
  public:
+  /// std::runtime_error's constructors: the message what() returns.
   using std::runtime_error::runtime_error;
 };
 
@@ -19,6 +21,7 @@ class shutdown_error : public std::runtime_error {
 /// others. Implementations are thread-safe.
 class executor {
  public:
+  /// What destruction does with queued work is up to each implementation.
   virtual ~executor() = default;
 
   /// Queues `h` to be resumed on one of this executor's threads at priority `prio`
@@ -66,6 +69,7 @@ WEFT_INLINE unsigned fiber_safe_prio() noexcept {
 }  // namespace detail
 
 /// The executor whose thread is running the caller, or nullptr on a plain thread.
+/// Reads the calling thread's own state (also right on a fiber): thread-safe.
 inline executor* current_executor() noexcept { return detail::fiber_safe_executor(); }
 
 /// The priority the running task was scheduled at (0 outside any executor). Reads the

@@ -32,6 +32,7 @@
 namespace weft {
 
 /// How weft::spawn_fiber runs a fiber: `weft::spawn_fiber(fn, {.priority = 1})`.
+/// A plain value (no synchronization); read once by spawn_fiber.
 struct fiber_options {
   /// `priority` value meaning: the spawning task's priority when it runs on the target
   /// executor (clamped to its levels), else 0.
@@ -201,7 +202,10 @@ class fiber_handle {
 
   /// An empty handle; awaiting it throws std::logic_error.
   fiber_handle() noexcept = default;
+  /// Takes over `o`'s fiber; `o` is left empty.
   fiber_handle(fiber_handle&& o) noexcept : m_state(std::exchange(o.m_state, nullptr)) {}
+  /// Drops this handle's fiber, if any (as detach()), then takes over `o`'s; `o` is
+  /// left empty.
   fiber_handle& operator=(fiber_handle&& o) noexcept {
     if (this != &o) {
       reset();
@@ -209,6 +213,7 @@ class fiber_handle {
     }
     return *this;
   }
+  /// Drops the fiber if its result was not taken (as detach(): it runs on unobserved).
   ~fiber_handle() { reset(); }
 
   /// True when the handle refers to a fiber whose result was not taken yet.
@@ -229,13 +234,19 @@ class fiber_handle {
   /// await, on the awaiting thread (the coroutine protocol; not thread-safe).
   struct awaiter {
     fiber_handle* m_self;  ///< the handle awaited (emptied when the result is taken)
+    /// True when the fiber finished already (its result is ready).
     bool await_ready() const noexcept {
       // acquire: the result (pairs with the driver's release exchange at completion)
       return m_self->m_state->m_join.load(std::memory_order_acquire) == detail::k_fiber_done;
     }
+    /// Registers the awaiting coroutine `waiter`, resumed when the fiber finishes (on the
+    /// executor it awaited from, if any); returns what this thread runs next (`waiter`
+    /// itself when the fiber finished meanwhile).
     std::coroutine_handle<> await_suspend(std::coroutine_handle<> waiter) noexcept {
       return m_self->m_state->register_waiter(waiter);
     }
+    /// Takes the result and frees the fiber (the handle becomes empty): the function's
+    /// value, or its exception rethrown.
     T await_resume() {
       struct release_state {
         detail::fiber_base* s;

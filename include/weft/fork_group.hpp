@@ -20,15 +20,18 @@ namespace weft {
 template <class T = void>
 class fork_group {
  public:
+  /// An empty group.
   fork_group() = default;
   fork_group(const fork_group&) = delete;
   fork_group& operator=(const fork_group&) = delete;
+  /// Detaches every child not joined (see the class comment).
   ~fork_group() {
     for (auto& t : m_tasks) detail::abandon_child(t.release());
   }
 
   /// Queues `t` to run in parallel with the caller. Throws std::logic_error for an
-  /// empty task.
+  /// empty task, std::bad_alloc; called off a pool worker, also what queueing on the
+  /// executor throws (weft::shutdown_error). If it throws, `t` was not queued.
   void fork(task<T> t) {
     if (!t.valid()) [[unlikely]] detail::throw_bad_await("weft::fork_group::fork: empty or moved-from task");
     // Grow first (geometrically), so that nothing can throw once the child is queued.

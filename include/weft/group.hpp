@@ -42,7 +42,9 @@ struct group_options {
   /// Members of the group; 0 means one per worker of the executor (a thread_pool's
   /// thread_count(), 1 for any other executor). At most 8,388,607.
   std::size_t members = 0;
-  /// Priority the runners are posted at; empty: the dispatcher's current_priority().
+  /// Priority the runners are posted at (std::out_of_range if >= the executor's
+  /// priorities()); empty: the dispatcher's current_priority(), capped at the
+  /// executor's lowest priority (priorities() - 1).
   std::optional<unsigned> priority = std::nullopt;
   /// The claim space: group::claim hands out [0, range) in chunks.
   std::size_t range = 0;
@@ -234,15 +236,22 @@ class [[nodiscard]] dispatch_awaitable {
   dispatch_awaitable(executor& ex, const group_options& opts, Kernel kernel)
       : m_kernel(std::move(kernel)), m_plan(detail::plan_group(ex, opts)) {}
   dispatch_awaitable(dispatch_awaitable&&) = delete;
+  /// Releases the group when an await started it but did not complete (starting threw).
   ~dispatch_awaitable() {
     if (m_state) detail::release(*m_state);
   }
 
+  /// Never ready: the group starts in await_suspend.
   bool await_ready() const noexcept { return false; }
+  /// Starts the group for the awaiting coroutine `h` (placement: see weft::dispatch).
+  /// False (resume at once) when the inline runner finished the group last; true when
+  /// the member that finishes last resumes `h`. Throws std::bad_alloc, or
+  /// shutdown_error when no runner could start (nothing ran then).
   bool await_suspend(std::coroutine_handle<> h) {
     m_state = detail::make_group(m_plan, &detail::call_kernel<Kernel>, &m_kernel);
     return detail::start_group(*m_state, m_plan, h);  // may resume h elsewhere: touch nothing after
   }
+  /// Releases the group; rethrows the first exception a member threw.
   void await_resume() {
     detail::group_state* s = std::exchange(m_state, nullptr);
     detail::finish_group(*s);  // releases; rethrows the first exception of a member
@@ -282,9 +291,10 @@ dispatch_awaitable<std::decay_t<Kernel>> dispatch(executor& ex, group_options op
 
 /// Runs `kernel` as a group entirely on the calling thread and returns when every
 /// member returned (or rethrows the first exception). Members run one after the other;
-/// one that waits at a barrier operation switches to the others, started on fibers. Usable anywhere: in a plain function, inside
-/// a member of another group (the nested-group form), on a worker. `opts.members == 0`
-/// means 1; `opts.priority` is ignored. Thread-safe.
+/// one that waits at a barrier operation switches to the others, started on fibers.
+/// Usable anywhere: in a plain function, inside a member of another group (the
+/// nested-group form), on a worker. `opts.members == 0` means 1; `opts.priority` is
+/// ignored. Thread-safe.
 template <class Kernel>
 void dispatch_inline(group_options opts, Kernel&& kernel) {
   detail::check_kernel<std::decay_t<Kernel>>();

@@ -31,7 +31,10 @@ class mutex {
     scoped_lock() noexcept = default;
     /// Takes over the lock of `m`, which the caller holds (try_lock() succeeded).
     explicit scoped_lock(mutex& m, std::adopt_lock_t) noexcept : m_mutex(&m) {}
+    /// Takes over `o`'s lock, if any; `o` is left holding none.
     scoped_lock(scoped_lock&& o) noexcept : m_mutex(std::exchange(o.m_mutex, nullptr)) {}
+    /// Unlocks the lock this one holds, if any, then takes over `o`'s; `o` is left
+    /// holding none.
     scoped_lock& operator=(scoped_lock&& o) noexcept {
       if (this != &o) {
         reset();
@@ -39,6 +42,7 @@ class mutex {
       }
       return *this;
     }
+    /// Unlocks the mutex if it holds a lock.
     ~scoped_lock() { reset(); }
     /// True while it holds a lock.
     bool owns_lock() const noexcept { return m_mutex != nullptr; }
@@ -56,6 +60,7 @@ class mutex {
     mutex* m_mutex = nullptr;
   };
 
+  /// An unlocked mutex.
   mutex() = default;
   mutex(const mutex&) = delete;
   mutex& operator=(const mutex&) = delete;
@@ -90,11 +95,15 @@ class mutex {
   /// thread-safe itself, the mutex is).
   class lock_awaiter {
    public:
+    /// Takes the mutex if it is free now (as try_lock()): true (no suspension) then.
     bool await_ready() noexcept { return m_mutex->try_lock(); }
+    /// Queues the awaiting coroutine `h`: true. False (resume at once) when the mutex was
+    /// free after all and was taken here.
     bool await_suspend(std::coroutine_handle<> h) noexcept {
       m_node.park(h);
       return m_mutex->park(m_node);
     }
+    /// A scoped_lock owning the mutex (taken here, or handed over by unlock()).
     scoped_lock await_resume() const noexcept { return scoped_lock{*m_mutex, std::adopt_lock}; }
 
    private:

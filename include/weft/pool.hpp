@@ -17,6 +17,7 @@ namespace weft {
 std::size_t default_thread_count();
 
 /// Options of a thread_pool: `weft::thread_pool pool{{.threads = 8, .priorities = 3}};`
+/// A plain value (no synchronization); read once by the constructor.
 struct pool_options {
   std::size_t threads = default_thread_count();  ///< worker threads, 1..4096
   unsigned priorities = 4;                       ///< priority levels 1..16; 0 is highest
@@ -40,9 +41,11 @@ class pool_impl;
 /// programming error (it would wait for itself): the process is aborted with a message.
 class thread_pool final : public executor {
  public:
-  /// Starts the workers. Throws std::invalid_argument for threads == 0 or priorities
-  /// outside 1..16, std::system_error if a thread cannot be started.
+  /// Starts the workers. Throws std::invalid_argument for threads == 0 or > 4096 or
+  /// priorities outside 1..16, std::system_error if a thread cannot be started.
   explicit thread_pool(pool_options options = {});
+  /// Stops the pool as the class comment says (queued work runs to completion, then the
+  /// workers are joined); aborts when called on one of its own workers.
   ~thread_pool() override;
   thread_pool(const thread_pool&) = delete;
   thread_pool& operator=(const thread_pool&) = delete;

@@ -25,7 +25,10 @@ class [[nodiscard]] fork_handle {
   fork_handle() noexcept = default;
   /// Not API: adopts the queued child `h` (made by spawn_op::fork).
   explicit fork_handle(handle_type h) noexcept : m_h(h) {}
+  /// Takes over `o`'s child; `o` is left empty.
   fork_handle(fork_handle&& o) noexcept : m_h(std::exchange(o.m_h, {})) {}
+  /// Detaches this handle's child, if any (as detach()), then takes over `o`'s; `o` is
+  /// left empty.
   fork_handle& operator=(fork_handle&& o) noexcept {
     if (this != &o) {
       reset();
@@ -33,6 +36,7 @@ class [[nodiscard]] fork_handle {
     }
     return *this;
   }
+  /// Detaches the child if it was not awaited (see the class comment).
   ~fork_handle() { reset(); }
 
   /// True when the handle refers to a child not yet awaited.
@@ -53,6 +57,9 @@ class [[nodiscard]] fork_handle {
   /// (the coroutine protocol; not thread-safe).
   struct awaiter : detail::join_awaiter {
     fork_handle* m_self;  ///< the handle awaited (emptied when the result is taken)
+    /// Takes the child's result and frees its frame (the handle becomes empty): its
+    /// value, or its exception rethrown. (await_ready and await_suspend are the join
+    /// protocol's: weft/detail/fork.hpp.)
     WEFT_INLINE decltype(auto) await_resume() {
       struct release_frame {
         handle_type h;

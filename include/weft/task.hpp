@@ -163,7 +163,10 @@ class [[nodiscard]] task {
 
   /// An empty task; awaiting it throws std::logic_error.
   task() noexcept = default;
+  /// Takes over `o`'s coroutine; `o` is left empty.
   task(task&& o) noexcept : m_h(std::exchange(o.m_h, {})) {}
+  /// Destroys this task's coroutine frame, if any, then takes over `o`'s; `o` is left
+  /// empty.
   task& operator=(task&& o) noexcept {
     if (this != &o) {
       if (m_h) m_h.destroy();
@@ -171,6 +174,7 @@ class [[nodiscard]] task {
     }
     return *this;
   }
+  /// Destroys the coroutine frame, if any (a task that never started, or one that finished).
   ~task() {
     if (m_h) m_h.destroy();
   }
@@ -184,15 +188,20 @@ class [[nodiscard]] task {
   /// (the coroutine protocol; not thread-safe).
   struct awaiter {
     handle_type m_h;  ///< the task's coroutine (still owned by the task)
+    /// Never ready: the task runs in await_suspend. Throws std::logic_error for an empty
+    /// or moved-from task, or one that already completed.
     bool await_ready() const {
       if (!m_h) [[unlikely]] detail::throw_bad_await("weft: co_await on an empty or moved-from task");
       if (m_h.done()) [[unlikely]] detail::throw_bad_await("weft: co_await on a task that already completed");
       return false;
     }
+    /// Makes `awaiting` the task's continuation and transfers into the task, on this
+    /// thread.
     WEFT_INLINE std::coroutine_handle<> await_suspend(std::coroutine_handle<> awaiting) noexcept {
       m_h.promise().m_continuation = awaiting;
       return m_h;
     }
+    /// The task's result (a value is moved out), or its exception rethrown.
     decltype(auto) await_resume() { return m_h.promise().m_result.take(); }
   };
 

@@ -98,6 +98,16 @@ task<void> race_child(A a, race<V>& r, std::size_t i, Emplace emplace) {
   }
 }
 
+/// Joins the operands forked so far. If starting one failed (`fork_error`: an operand's
+/// move threw, no memory, the executor shuts down), the ones already running are asked
+/// to stop first: they use `r` and the caller's objects, so they must all finish before
+/// the error leaves when_any.
+template <class V>
+task<void> settle_forks(fork_group<void>& g, race<V>& r, const std::exception_ptr& fork_error) {
+  if (fork_error) r.stop_losers();
+  co_await g.join();
+}
+
 template <class V>
 when_any_result<V> race_result(race<V>& r) {
   if (r.m_error) std::rethrow_exception(r.m_error);
@@ -110,13 +120,19 @@ task<when_any_result<std::variant<await_value_t<A>...>>> when_any_variadic(std::
   using V = std::variant<await_value_t<A>...>;
   race<V> r;
   r.m_stop = stop;
+  std::exception_ptr fork_error;
   {
     fork_group<void> g;
-    (g.fork(race_child<V>(std::move(as), r, I,
-                          [](race<V>& rr, auto&& v) { rr.m_value.emplace(std::in_place_index<I>, std::move(v)); })),
-     ...);
-    co_await g.join();
+    try {
+      (g.fork(race_child<V>(std::move(as), r, I,
+                            [](race<V>& rr, auto&& v) { rr.m_value.emplace(std::in_place_index<I>, std::move(v)); })),
+       ...);
+    } catch (...) {
+      fork_error = std::current_exception();
+    }
+    co_await settle_forks(g, r, fork_error);
   }
+  if (fork_error) std::rethrow_exception(fork_error);
   co_return race_result(r);
 }
 
@@ -126,12 +142,18 @@ task<when_any_result<await_value_t<A>>> when_any_range(std::stop_source* stop, s
   if (as.empty()) throw std::invalid_argument("weft::when_any: no operands");
   race<V> r;
   r.m_stop = stop;
+  std::exception_ptr fork_error;
   {
     fork_group<void> g;
-    for (std::size_t i = 0; i < as.size(); ++i)
-      g.fork(race_child<V>(std::move(as[i]), r, i, [](race<V>& rr, auto&& v) { rr.m_value.emplace(std::move(v)); }));
-    co_await g.join();
+    try {
+      for (std::size_t i = 0; i < as.size(); ++i)
+        g.fork(race_child<V>(std::move(as[i]), r, i, [](race<V>& rr, auto&& v) { rr.m_value.emplace(std::move(v)); }));
+    } catch (...) {
+      fork_error = std::current_exception();
+    }
+    co_await settle_forks(g, r, fork_error);
   }
+  if (fork_error) std::rethrow_exception(fork_error);
   co_return race_result(r);
 }
 

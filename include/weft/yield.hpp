@@ -18,11 +18,15 @@ void requeue_current(std::coroutine_handle<> h) noexcept;
 /// Awaiter of yield_if_requested(). Stateless; used by the co_await on the awaiting
 /// thread (the coroutine protocol).
 struct yield_awaiter {
+  /// True (no suspension) unless higher-priority work waits in this worker's pool.
   bool await_ready() const noexcept { return !detail::higher_priority_waiting(); }
+  /// Re-queues the awaiting coroutine `h` on this worker at its own priority and returns
+  /// to the worker loop.
   std::coroutine_handle<> await_suspend(std::coroutine_handle<> h) const noexcept {
     detail::requeue_current(h);
     return std::noop_coroutine();  // back to the worker loop, which takes the highest priority first
   }
+  /// Nothing.
   void await_resume() const noexcept {}
 };
 

@@ -15,6 +15,7 @@
 #include <stdexcept>
 #include <stop_token>
 #include <string>
+#include <thread>
 #include <variant>
 #include <vector>
 
@@ -111,4 +112,66 @@ TEST_CASE("when_any: plain awaitables race tasks; a stop_callback cancels a wait
   };
   weft::sync_wait(pool, body());
   CHECK(live.load() == 0);
+}
+
+namespace {
+
+// An operand whose move constructor throws once it was moved `moves_ok` times: when_any
+// fails while starting it (moving it into its forked child), after the operands before
+// it were already forked.
+struct fragile_operand {
+  weft::task<int> t;
+  int moves_ok = 0;
+  fragile_operand(weft::task<int> tt, int ok) : t(std::move(tt)), moves_ok(ok) {}
+  fragile_operand(fragile_operand&& o) : moves_ok(o.moves_ok - 1) {
+    if (o.moves_ok == 0) throw std::runtime_error("operand move failed");
+    t = std::move(o.t);
+  }
+  auto operator co_await() && { return std::move(t).operator co_await(); }
+};
+
+// Runs until a stop is requested, then records that it finished.
+weft::task<int> until_stopped(std::stop_token tok, std::atomic<int>& finished) {
+  while (!tok.stop_requested()) std::this_thread::yield();
+  finished.fetch_add(1);
+  co_return 0;
+}
+
+}  // namespace
+
+TEMPLATE_LIST_TEST_CASE("when_any: an operand that fails to start: the started ones stop and finish first",
+                        "[when_any]", weft_test::all_executors) {
+  auto pool = TestType::make();
+  std::atomic<int> finished{0};
+  SECTION("range form") {
+    CHECK_THROWS_WITH(weft::sync_wait(pool,
+                                      [](std::atomic<int>& fin) -> weft::task<int> {
+                                        std::stop_source stop;
+                                        std::vector<fragile_operand> ops;
+                                        ops.reserve(3);
+                                        // Moved once into its child: the third fails there.
+                                        ops.emplace_back(until_stopped(stop.get_token(), fin), 9);
+                                        ops.emplace_back(until_stopped(stop.get_token(), fin), 9);
+                                        ops.emplace_back(until_stopped(stop.get_token(), fin), 0);
+                                        auto r = co_await weft::when_any(stop, std::move(ops));
+                                        co_return static_cast<int>(r.index);
+                                      }(finished)),
+                      "operand move failed");
+    CHECK(finished == 2);  // both started operands finished before when_any threw
+  }
+  SECTION("variadic form") {
+    CHECK_THROWS_WITH(weft::sync_wait(pool,
+                                      [](std::atomic<int>& fin) -> weft::task<int> {
+                                        std::stop_source stop;
+                                        // Moved twice on the way in (when_any's coroutine
+                                        // parameter and its frame copy), then into its child.
+                                        auto r = co_await weft::when_any(
+                                            stop, until_stopped(stop.get_token(), fin),
+                                            fragile_operand(until_stopped(stop.get_token(), fin), 2));
+                                        co_return static_cast<int>(r.index);
+                                      }(finished)),
+                      "operand move failed");
+    // The first operand finished; the second never started (its frame was freed unrun).
+    CHECK(finished == 1);
+  }
 }

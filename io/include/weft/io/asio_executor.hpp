@@ -41,6 +41,8 @@ class asio_executor final : public executor {
   /// Wraps `context` (which must outlive this executor, and which nobody else may run
   /// while this executor lives) and starts the thread that runs it. Same errors.
   explicit asio_executor(asio::io_context& context, asio_options options = {});
+  /// Stops the executor as the class comment says (queued tasks run, then the io_context
+  /// is stopped and the thread joined); aborts when called on its own thread.
   ~asio_executor() override;
   asio_executor(const asio_executor&) = delete;
   asio_executor& operator=(const asio_executor&) = delete;

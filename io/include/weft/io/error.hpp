@@ -14,7 +14,10 @@ namespace weft::io {
 enum class error {
   eof = 1,             ///< the peer closed its end: a read returned 0 bytes
   timed_out = 2,       ///< with_timeout: the time ran out and the operation was cancelled
-  cancelled = 3,       ///< the operation was cancelled (cancel_source, stream.cancel())
+  /// Equal (as an error_condition) to std::errc::operation_canceled. weft's own
+  /// operations report a cancellation as the system's ECANCELED, so test a result with
+  /// `ec == std::errc::operation_canceled`, which holds for both.
+  cancelled = 3,
   uring_unavailable = 4,  ///< io_uring cannot be used in this process
 };
 
@@ -26,5 +29,6 @@ inline std::error_code make_error_code(error e) noexcept { return {static_cast<i
 
 }  // namespace weft::io
 
+/// Lets weft::io::error convert to std::error_code (through make_error_code).
 template <>
 struct std::is_error_code_enum<weft::io::error> : std::true_type {};

@@ -124,8 +124,12 @@ class tcp_stream {
   explicit tcp_stream(uring_context& ctx) noexcept : m_ctx(&ctx) {}
   /// Adopts a connected socket `fd` (closed by this stream).
   tcp_stream(uring_context& ctx, int fd) noexcept : m_ctx(&ctx), m_fd(fd) {}
+  /// Takes over `o`'s socket (same context); `o` is left without one.
   tcp_stream(tcp_stream&& o) noexcept : m_ctx(o.m_ctx), m_fd(std::exchange(o.m_fd, -1)) {}
+  /// Closes this stream's socket, if any (as close()), then takes over `o`'s socket and
+  /// context; `o` is left without a socket.
   tcp_stream& operator=(tcp_stream&& o) noexcept;
+  /// Closes the socket, if any (as close()).
   ~tcp_stream() { close(); }
 
   /// Connects to `to`: `std::error_code ec = co_await s.connect(ep)`. Errors:
@@ -201,8 +205,10 @@ class tcp_listener {
  public:
   /// A listener of `ctx`, not listening yet (listen() makes the socket).
   explicit tcp_listener(uring_context& ctx) noexcept : m_ctx(&ctx) {}
+  /// Takes over `o`'s listening socket; `o` is left not listening.
   tcp_listener(tcp_listener&& o) noexcept : m_ctx(o.m_ctx), m_state(std::exchange(o.m_state, nullptr)) {}
   tcp_listener& operator=(tcp_listener&&) = delete;
+  /// Closes the listener, if listening (as close()).
   ~tcp_listener() { close(); }
 
   /// Binds to `at` (SO_REUSEADDR; port 0 picks a free port) and listens. Errors:
@@ -226,6 +232,8 @@ class tcp_listener {
 /// Runs a ring operation (read_some, write_some, connect) for at most `d`: then it is
 /// cancelled and yields error::timed_out (== std::errc::timed_out). Uses an io_uring
 /// linked timeout: no extra thread, no extra submission.
+/// `a` is moved into the result: call it where `a` is owned. The result is awaitable
+/// from any thread, like `a`.
 template <class Awaitable, class Rep, class Period>
   requires std::remove_cvref_t<Awaitable>::k_linked_timeout_ok
 std::remove_cvref_t<Awaitable> with_timeout(Awaitable&& a, std::chrono::duration<Rep, Period> d) {
@@ -286,6 +294,8 @@ class [[nodiscard]] uring_cancel_op {
 /// with_timeout) until it completes or `source` requests cancellation (from any thread,
 /// also before it starts); a cancelled operation yields std::errc::operation_canceled.
 /// Cancellation is best effort: an operation the kernel already finished keeps its result.
+/// `a` is moved into the result; awaitable from any thread, like `a`, and the task
+/// resumes on the executor it awaited from.
 template <class Awaitable>
   requires std::remove_cvref_t<Awaitable>::k_cancel_ok
 detail::uring_cancel_op<std::remove_cvref_t<Awaitable>> with_cancel(Awaitable&& a, const cancel_source& source) {

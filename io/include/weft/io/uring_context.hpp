@@ -36,6 +36,7 @@ struct uring_options {
 /// members may be read from any thread.
 class uring_unavailable : public std::system_error {
  public:
+  /// std::system_error's constructors: the cause's error_code and a message.
   using std::system_error::system_error;
 };
 
@@ -94,6 +95,8 @@ class uring_context final : public executor {
   /// io_uring cannot be used (see there), std::invalid_argument for bad options,
   /// std::system_error if the thread or the eventfd cannot be made.
   explicit uring_context(uring_options options = {});
+  /// Stops the context as the class comment says (queued tasks run, then the loop stops
+  /// and its thread is joined); aborts when called on its own thread.
   ~uring_context() override;
   uring_context(const uring_context&) = delete;
   uring_context& operator=(const uring_context&) = delete;

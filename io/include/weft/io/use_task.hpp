@@ -31,6 +31,7 @@ namespace weft::io {
 
 /// The completion token: pass it where Asio takes a handler. Stateless; thread-safe.
 struct use_task_t {
+  /// The token (it holds nothing).
   constexpr use_task_t() noexcept = default;
 };
 
@@ -93,11 +94,15 @@ class [[nodiscard]] async_op {
   /// Not API: made by asio::async_result<use_task_t, ...>::initiate.
   async_op(Initiation init, InitArgs args) : m_init(std::move(init)), m_args(std::move(args)) {}
 
+  /// Never ready: the operation starts in await_suspend.
   bool await_ready() const noexcept { return false; }
+  /// Records the awaiting coroutine `h` (and the executor it awaits from) and starts the
+  /// operation. Throws what the initiation throws.
   void await_suspend(std::coroutine_handle<> h) {
     m_waiter.capture(h);
     start(*this);  // `this` may be gone once the completion ran on the I/O thread
   }
+  /// The completion values: nothing, the one value, or a std::tuple of them.
   result_type await_resume() { return detail::op_result<Args...>::take(std::move(*m_values)); }
 
   /// Not API: starts the operation with a handler that completes into `sink`. The
@@ -147,8 +152,12 @@ namespace asio {
 template <class... Args>
 class async_result<weft::io::use_task_t, void(Args...)> {
  public:
+  /// Only for Asio's token adapters (see detail::lazy_operation); initiate() really
+  /// returns a weft::io::async_op.
   using return_type = weft::io::detail::lazy_operation;
 
+  /// Called by Asio: packs `init` and `args` into a lazy weft::io::async_op; nothing
+  /// starts until it is awaited. Thread-safe (no shared state).
   template <class Initiation, class... InitArgs>
   static auto initiate(Initiation&& init, weft::io::use_task_t, InitArgs&&... args) {
     using op = weft::io::async_op<std::decay_t<Initiation>, std::tuple<std::decay_t<InitArgs>...>,

@@ -57,11 +57,16 @@ class [[nodiscard]] timeout_op {
   /// Not API: made by with_timeout.
   timeout_op(Op op, Duration d) : m_op(std::move(op)), m_duration(d) {}
 
+  /// Never ready: the operation starts in await_suspend.
   bool await_ready() const noexcept { return false; }
+  /// Records the awaiting coroutine `h`, then starts the timer and the operation on the
+  /// operation's I/O thread (inline when already there).
   void await_suspend(std::coroutine_handle<> h) {
     m_waiter.capture(h);
     asio::dispatch(m_op.io_executor(), [this] { begin(); });  // inline when on the I/O thread
   }
+  /// The completion values; the error_code is error::timed_out when the timer cancelled
+  /// the operation.
   typename traits::result_type await_resume() {
     auto& ec = std::get<0>(*m_values);
     if (m_fired && ec == asio::error::operation_aborted) ec = make_error_code(error::timed_out);
@@ -133,12 +138,16 @@ class [[nodiscard]] cancel_op {
     m_reg.m_fn = &on_cancel;
   }
 
+  /// Never ready: the operation starts in await_suspend.
   bool await_ready() const noexcept { return false; }
+  /// Records the awaiting coroutine `h`, then starts the operation and listens to the
+  /// source on the operation's I/O thread (inline when already there).
   void await_suspend(std::coroutine_handle<> h) {
     m_waiter.capture(h);
     m_reg.m_owner = this;
     asio::dispatch(m_op.io_executor(), [this] { begin(); });
   }
+  /// The completion values (asio::error::operation_aborted when cancelled).
   typename traits::result_type await_resume() { return traits::take(std::move(*m_values)); }
 
   /// Not API: sink protocol (on the I/O thread): the slot a cancellation goes through.
