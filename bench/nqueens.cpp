@@ -44,7 +44,7 @@ int nqueens_seq(int n, int row, board b) {
 }
 
 /// The columns of row `row` that fit, and how many there are.
-int fitting_columns(int n, int row, const board& b, std::array<char, k_max_n>& cols) {
+[[gnu::noinline]] int fitting_columns(int n, int row, const board& b, std::array<char, k_max_n>& cols) {
   int k = 0;
   for (int col = 0; col < n; ++col) {
     if (fits(b, row, col)) cols[k++] = static_cast<char>(col);
@@ -91,16 +91,19 @@ int nqueens_omp(int n, int row, board b) {
 
 weft::task<int> nqueens_fj(int n, int row, board b) {
   if (row == n) co_return 1;
+  // The columns are checked first, as in the tbb and omp flavors: the check loop then
+  // compiles as in plain code (interleaved with the forks, inside the coroutine body,
+  // clang-19 kept the board in the frame: 25 % more instructions in `fits`).
+  std::array<char, k_max_n> cols;
+  const int k = fitting_columns(n, row, b, cols);
   std::array<weft::fork_handle<int>, k_max_n> children;
-  std::size_t k = 0;
-  for (int col = 0; col < n; ++col) {
-    if (!fits(b, row, col)) continue;
-    b[row] = static_cast<char>(col);
-    children[k++] = weft::spawn(nqueens_fj(n, row + 1, b)).fork();
+  for (int i = 0; i < k; ++i) {
+    b[row] = cols[i];
+    children[i] = weft::spawn(nqueens_fj(n, row + 1, b)).fork();
   }
   // Newest first: each join finds its child at the bottom of this worker's deque.
   int total = 0;
-  for (std::size_t i = k; i-- > 0;) total += co_await children[i];
+  for (int i = k; i-- > 0;) total += co_await children[i];
   co_return total;
 }
 
