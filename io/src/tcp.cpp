@@ -320,7 +320,8 @@ void uring_cancel::start(uring_context& ctx, uring_op& op) {
   m_reg.m_owner = this;
   op.m_on_cqe = &on_cqe;
   op.m_arg = this;
-  ctx.invoke(&begin, this);
+  if (ctx.owns_current_thread()) begin(this);
+  else ctx.impl().post_call(&begin, this, true);  // new work: refused once destruction began
 }
 
 void uring_cancel::begin(void* p) {

@@ -180,8 +180,9 @@ void uring_impl::wake_if_sleeping(std::unique_lock<std::mutex>& lock) {
   [[maybe_unused]] const auto n = ::write(m_eventfd, &one, sizeof one);  // cannot fail short of EAGAIN at 2^64-2
 }
 
-void uring_impl::post_call(void (*fn)(void*), void* arg) {
+void uring_impl::post_call(void (*fn)(void*), void* arg, bool new_work) {
   std::unique_lock lock(m_mutex);
+  if (new_work && m_stopping) throw shutdown_error("weft::io::uring_context: shutting down, no new operation accepted");
   m_calls.emplace_back(fn, arg);
   wake_if_sleeping(lock);
 }
@@ -347,7 +348,7 @@ bool uring_context::submit(detail::uring_op& op) {
     m_impl->prepare(op);
     return true;
   }
-  m_impl->post_call(&detail::uring_impl::start_foreign, &op);
+  m_impl->post_call(&detail::uring_impl::start_foreign, &op, true);
   return true;
 }
 

@@ -42,7 +42,10 @@ class uring_impl {
   void push_ready(std::coroutine_handle<> h, unsigned prio) { m_ready[prio].push_back(h.address()); }
 
   // ---- any thread --------------------------------------------------------------------------
-  void post_call(void (*fn)(void*), void* arg);
+  // `new_work`: an operation a task starts from another thread; refused with
+  // shutdown_error once destruction began (what would finish it is going away).
+  // Otherwise (close, cancel) the call is queued and runs if the loop still does.
+  void post_call(void (*fn)(void*), void* arg, bool new_work = false);
   void post_ready(std::coroutine_handle<> h, unsigned prio);
   void stop();
 

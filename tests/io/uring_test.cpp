@@ -514,3 +514,35 @@ TEST_CASE("uring: unavailable io_uring is a clear error; Asio keeps working", "[
   }
   CHECK(WEXITSTATUS(status) == 0);
 }
+
+TEST_CASE("uring: once destruction began, an operation from another thread is refused, not lost", "[uring]") {
+  auto io = weft_io_test::make_uring_or_skip();
+  if (!io) return;
+  weft::io::uring_context* ctx = io.get();  // alive until its destructor returns
+  weft::thread_pool pool{{.threads = 1}};
+  std::atomic<bool> release{false};
+  // Holds the loop thread inside one of its tasks while the destructor runs.
+  weft::post(*ctx, [](std::atomic<bool>& r) -> weft::task<void> {
+    while (!r.load()) std::this_thread::yield();
+    co_return;
+  }(release));
+  std::thread destroyer([&] { io.reset(); });
+  // Destruction began once a post is refused.
+  for (;;) {
+    try {
+      weft::post(*ctx, []() -> weft::task<void> { co_return; }());
+    } catch (const weft::shutdown_error&) {
+      break;
+    }
+    std::this_thread::yield();
+  }
+  // An operation started by a task on another executor now: shutdown_error at once
+  // (before, it was queued, started after the loop's last turn and never completed).
+  CHECK_THROWS_AS(weft::sync_wait(pool,
+                                  [](weft::io::uring_context& c) -> weft::task<std::error_code> {
+                                    co_return co_await weft::io::sleep_for(c, 1ms);
+                                  }(*ctx)),
+                  weft::shutdown_error);
+  release = true;
+  destroyer.join();
+}

@@ -84,10 +84,12 @@ class uring_impl;
 /// this context starts them directly, a task elsewhere (a thread_pool worker) hands
 /// them to the loop; either way the task resumes on the executor it awaited from.
 ///
-/// Destruction: refuses new work from other threads (shutdown_error), runs the tasks
+/// Destruction: refuses new work from other threads (schedule, and starting an
+/// operation from a task elsewhere: shutdown_error from the co_await), runs the tasks
 /// already queued, then stops the loop and joins the thread. Operations still in
 /// flight are abandoned (their tasks never resume): finish them, and destroy every
-/// socket of this context, first. Destroying it from its own thread aborts.
+/// socket of this context, first (a close() from another thread after the loop
+/// stopped is not carried out). Destroying it from its own thread aborts.
 /// Thread-safe.
 class uring_context final : public executor {
  public:
