@@ -86,6 +86,7 @@ asio_executor::~asio_executor() {
     m_context->stop();
   });
   m_thread.join();
+  m_life.reset();  // drains still queued in a context the user owns become no-ops
 }
 
 bool asio_executor::owns_current_thread() const noexcept { return weft::detail::t_executor == this; }
@@ -101,7 +102,7 @@ void asio_executor::schedule(std::coroutine_handle<> h, unsigned prio) {
     post_drain = !m_drain_posted;
     m_drain_posted = true;
   }
-  if (post_drain) asio::post(*m_context, [this] { drain(); });
+  if (post_drain) this->post_drain();
 }
 
 void asio_executor::drain() {
@@ -121,7 +122,13 @@ void asio_executor::drain() {
     weft::detail::t_prio = prio;
     std::coroutine_handle<>::from_address(item).resume();
   }
-  asio::post(*m_context, [this] { drain(); });  // m_drain_posted stays true
+  post_drain();  // m_drain_posted stays true
+}
+
+void asio_executor::post_drain() {
+  asio::post(*m_context, [this, life = std::weak_ptr<void>(m_life)] {
+    if (!life.expired()) drain();
+  });
 }
 
 }  // namespace weft::io

@@ -63,7 +63,8 @@ class asio_executor final : public executor {
 
  private:
   void start();
-  void drain();  // on the I/O thread: run queued tasks
+  void drain();       // on the I/O thread: run queued tasks
+  void post_drain();  // queue a drain() in the io_context (a no-op once this is destroyed)
 
   std::unique_ptr<asio::io_context> m_owned;
   asio::io_context* m_context;
@@ -73,6 +74,9 @@ class asio_executor final : public executor {
   std::vector<std::deque<void*>> m_queues;  // one per priority: coroutine frame addresses
   bool m_drain_posted = false;  // a drain() is queued in the io_context
   bool m_stopping = false;
+  // Expires when the destructor is done: a drain() still queued in a context the user
+  // owns (and may run again) then does nothing instead of touching a dead executor.
+  std::shared_ptr<void> m_life = std::make_shared<char>();
   std::thread m_thread;
 };
 
