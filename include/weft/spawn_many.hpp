@@ -35,9 +35,10 @@ auto spawn_many_impl(Storage ts) -> task<decltype(collect<T>(ts))> {
     if (!t.valid()) [[unlikely]] throw_bad_await("weft::spawn_many: empty or moved-from task");
   const std::size_t n = ts.size();
   if (n > 1) {
-    fork_bulk(
-        n - 1, [&](std::size_t i) { return std::pair<promise_base*, std::coroutine_handle<>>{&ts[i].handle().promise(), ts[i].handle()}; },
-        true);
+    const auto child = [&](std::size_t i) {
+      return std::pair<promise_base*, std::coroutine_handle<>>{&ts[i].handle().promise(), ts[i].handle()};
+    };
+    fork_bulk(n - 1, child, true);
     if (t_worker != nullptr) {
       // The inline child chains into its queued siblings (chain_next_join), which
       // fork_bulk queued at t_prio: chained siblings share one priority.
