@@ -25,32 +25,48 @@ struct is_task<task<T>> : std::true_type {};
 template <class R>
 using range_task_t = std::remove_cvref_t<std::ranges::range_value_t<R>>;
 
-/// spawn_many's one coroutine: bulk-fork 0..n-2, run n-1 inline, join n-2..0 newest
-/// first (weft/detail/bulk.hpp), then collect. `Storage` is a std::vector or std::array
-/// of tasks, owned here until the results are taken.
+/// What spawn_many returns: owns the tasks (a std::vector or std::array, `Storage`)
+/// until the awaiting coroutine has taken their results. `co_await` forks children
+/// 0..n-2 in one bulk push, runs n-1 inline, and resumes the awaiting coroutine once
+/// every child finished (weft/detail/bulk.hpp). Awaited at most once; move-only; not
+/// thread-safe (the awaiting coroutine's temporary).
 template <class T, class Storage>
-auto spawn_many_impl(Storage ts) -> task<decltype(collect<T>(ts))> {
-  using promise = typename task<T>::promise_type;
-  for (const auto& t : ts)
-    if (!t.valid()) [[unlikely]] throw_bad_await("weft::spawn_many: empty or moved-from task");
-  const std::size_t n = ts.size();
-  if (n > 1) {
-    const auto child = [&](std::size_t i) {
-      return std::pair<promise_base*, std::coroutine_handle<>>{&ts[i].handle().promise(), ts[i].handle()};
-    };
-    fork_bulk(n - 1, child, true);
-    if (t_worker != nullptr) {
-      // The inline child chains into its queued siblings (chain_next_join), which
-      // fork_bulk queued at t_prio: chained siblings share one priority.
-      promise& last = ts[n - 1].handle().promise();
-      last.m_prio = static_cast<std::uint8_t>(t_prio);
-      last.m_next_join = ts[n - 2].handle().address();
-    }
+class [[nodiscard]] bulk_join_op {
+ public:
+  explicit bulk_join_op(Storage ts) noexcept : m_ts(std::move(ts)) {}
+
+  /// Checks the tasks (std::logic_error for an empty one, before anything runs); ready
+  /// at once when there are none.
+  bool await_ready() const {
+    for (const auto& t : m_ts)
+      if (!t.valid()) [[unlikely]] throw_bad_await("weft::spawn_many: empty or moved-from task");
+    return m_ts.size() == 0;
   }
-  if (n > 0) co_await run_inline_awaiter<promise>{ts[n - 1].handle()};
-  for (std::size_t i = n; i-- > 1;) co_await join_awaiter{ts[i - 1].handle()};
-  co_return collect<T>(ts);
-}
+
+  /// Queues children 0..n-2 and transfers into child n-1, on this thread.
+  std::coroutine_handle<> await_suspend(std::coroutine_handle<> awaiting) {
+    using promise = typename task<T>::promise_type;
+    const std::size_t n = m_ts.size();
+    promise& last = m_ts[n - 1].handle().promise();
+    if (n > 1) {
+      const auto child = [&](std::size_t i) {
+        return std::pair<promise_base*, std::coroutine_handle<>>{&m_ts[i].handle().promise(), m_ts[i].handle()};
+      };
+      fork_bulk(n - 1, child, true);
+      // The inline child chains into its queued siblings, which share one priority.
+      last.m_prio = static_cast<std::uint8_t>(t_prio);
+      last.m_next_join = m_ts[n - 2].handle().address();
+    }
+    last.m_continuation = awaiting;
+    return m_ts[n - 1].handle();
+  }
+
+  /// The results in input order, or the lowest-index exception.
+  auto await_resume() { return collect<T>(m_ts); }
+
+ private:
+  Storage m_ts;
+};
 
 }  // namespace detail
 
@@ -61,17 +77,19 @@ auto spawn_many_impl(Storage ts) -> task<decltype(collect<T>(ts))> {
 /// Throws std::logic_error if an element is an empty task. Call from a weft task (on
 /// any executor); the tasks run at once on that executor's threads, so anything they
 /// share must be thread-safe. The range itself is read on the calling thread.
+/// Returns an awaitable, not a task: co_await it (or weft::await it in a fiber) in the
+/// expression that made it; to hand it to spawn/post/sync_wait, wrap it in a task.
 template <std::ranges::input_range R>
   requires detail::is_task<detail::range_task_t<R>>::value
 auto spawn_many(R&& r) {
   using T = typename detail::range_task_t<R>::value_type;
   if constexpr (std::is_same_v<std::remove_cvref_t<R>, std::vector<task<T>>> && !std::is_lvalue_reference_v<R>) {
-    return detail::spawn_many_impl<T>(std::move(r));
+    return detail::bulk_join_op<T, std::vector<task<T>>>(std::move(r));
   } else {
     std::vector<task<T>> ts;
     if constexpr (std::ranges::sized_range<R>) ts.reserve(std::ranges::size(r));
     for (auto&& t : r) ts.push_back(std::move(t));
-    return detail::spawn_many_impl<T>(std::move(ts));
+    return detail::bulk_join_op<T, std::vector<task<T>>>(std::move(ts));
   }
 }
 
@@ -79,7 +97,7 @@ auto spawn_many(R&& r) {
 /// contract as the range form.
 template <class T, std::size_t N>
 auto spawn_many(std::array<task<T>, N>&& ts) {
-  return detail::spawn_many_impl<T>(std::move(ts));
+  return detail::bulk_join_op<T, std::array<task<T>, N>>(std::move(ts));
 }
 
 /// Iterator-pair overload: the tasks in [first, last), moved from. Same contract as
@@ -104,7 +122,7 @@ auto spawn_many(It first) {
   using T = typename std::remove_cvref_t<std::iter_value_t<It>>::value_type;
   std::array<task<T>, N> ts;
   for (std::size_t i = 0; i < N; ++i, ++first) ts[i] = std::move(*first);
-  return detail::spawn_many_impl<T>(std::move(ts));
+  return detail::bulk_join_op<T, std::array<task<T>, N>>(std::move(ts));
 }
 
 }  // namespace weft

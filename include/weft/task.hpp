@@ -57,6 +57,9 @@ void report_detached_exception(std::exception_ptr e) noexcept;
 /// Resumes `parent` on `home` by queueing it there (src/task.cpp).
 void resume_at_home(executor& home, std::coroutine_handle<> parent, unsigned prio) noexcept;
 
+template <class Promise>
+std::coroutine_handle<> join_rest(void* next, std::coroutine_handle<> c) noexcept;
+
 /// Completion of a forked or detached task: everything but the plain co_await path.
 template <class Promise>
 WEFT_NOINLINE std::coroutine_handle<> complete_queued(std::coroutine_handle<Promise> h) noexcept {
@@ -82,29 +85,71 @@ WEFT_NOINLINE std::coroutine_handle<> complete_queued(std::coroutine_handle<Prom
     return take_local();
   }
   t_prio = p.m_parent_prio;
+  // A bulk-forked sibling (weft/detail/bulk.hpp): the waiter registered here waits for
+  // the rest of the chain too; join it from this thread.
+  if (p.m_next_join != nullptr) return join_rest<Promise>(p.m_next_join, parent);
   return parent;
 }
 
-/// A child of a bulk fork finished inline: if the sibling to be joined next is still the
-/// newest item of this worker's deque, run it right away on the same continuation
-/// instead of going back to the joining coroutine (which would only pop it itself).
-/// The joiner finds the chained children marked done in m_join (weft/detail/bulk.hpp).
+/// The bulk join (weft/detail/bulk.hpp): joins the siblings from `next` down the
+/// m_next_join links for `c`, the coroutine that awaits them all, and returns what this
+/// thread runs now: a sibling popped back from this worker's deque (when it finishes,
+/// its final_suspend goes on down the chain); or, when a sibling is running elsewhere,
+/// `c` registered in its m_join (its completion goes on down the chain, see
+/// complete_queued) and this thread's own newest work; or `c` once all have finished.
+template <class Promise>
+WEFT_NOINLINE std::coroutine_handle<> join_rest(void* next, std::coroutine_handle<> c) noexcept {
+  while (next != nullptr) {
+    auto h = std::coroutine_handle<Promise>::from_address(next);
+    Promise& p = h.promise();
+    worker_context* w = t_worker;
+    // Read before the CAS below: once `c` is registered, the sibling may finish on
+    // another thread, run the rest of the chain and resume `c`, which frees every sibling.
+    void* const after = p.m_next_join;
+    const unsigned prio = p.m_prio;
+    void* other = nullptr;
+    if (w != nullptr && prio < w->m_inline_limit.load(std::memory_order_relaxed)) {
+      other = w->m_deques[prio].pop();
+      if (other == next) {  // ours again: run it now, it goes on with the chain itself
+        p.m_mode = completion::awaited;
+        p.m_continuation = c;
+        t_prio = prio;
+        return h;
+      }
+    }
+    std::uintptr_t expected = k_join_none;
+    // release: the state of `c` and of the finished siblings is visible to whoever
+    // resumes `c`; acquire (failure): the sibling's result (pairs with complete_queued).
+    if (p.m_join.compare_exchange_strong(expected, reinterpret_cast<std::uintptr_t>(c.address()),
+                                         std::memory_order_acq_rel, std::memory_order_acquire)) {
+      if (other != nullptr) {
+        t_prio = prio;
+        return std::coroutine_handle<>::from_address(other);
+      }
+      return take_local();
+    }
+    if (other != nullptr) push_local(*w, prio, other);  // the sibling had finished: give it back
+    next = after;
+  }
+  return c;
+}
+
+/// A child of a bulk fork finished inline, with siblings still to join: if the next one
+/// is still the newest item of this worker's deque, run it right away on the same
+/// continuation; otherwise join_rest.
 template <class Promise>
 WEFT_INLINE std::coroutine_handle<> chain_next_join(Promise& p) noexcept {
   auto next = std::coroutine_handle<Promise>::from_address(p.m_next_join);
   worker_context* w = t_worker;
   Promise& np = next.promise();
-  // Siblings chained by m_next_join share one priority (fork_bulk, spawn_many_impl).
+  // Siblings chained by m_next_join share one priority (fork_bulk, spawn_many).
   if (w != nullptr && np.m_prio < w->m_inline_limit.load(std::memory_order_relaxed) &&
-      w->m_deques[np.m_prio].pop_if_newest(p.m_next_join)) {
+      w->m_deques[np.m_prio].pop_if_newest(p.m_next_join)) [[likely]] {
     np.m_mode = completion::awaited;  // joined inline: it returns straight to the continuation
     np.m_continuation = p.m_continuation;
-    // Marked done already: nobody else can see it now, and the joiner only looks after
-    // the chain ends, i.e. after `next` finished.
-    np.m_join.store(k_join_done, std::memory_order_relaxed);
     return next;
   }
-  return p.m_continuation;
+  return join_rest<Promise>(p.m_next_join, p.m_continuation);
 }
 
 struct final_awaiter {

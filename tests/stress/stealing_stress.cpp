@@ -12,8 +12,11 @@
 #include "executors.hpp"
 #include "sync.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -94,4 +97,60 @@ TEST_CASE("stress: four external threads drive fork trees on one pool at once", 
     });
   for (auto& t : drivers) t.join();
   CHECK(right == 4 * per_driver);
+}
+
+namespace {
+
+// A wide spawn_many whose children take very different times (a pseudo-random spin),
+// nested two levels, so that thieves take siblings in the middle of the join chain and
+// finish them before, during and after the chain reaches them (weft/detail/bulk.hpp).
+// Child i of a node with `fail_at` == i throws; the lowest such index must win.
+weft::task<std::uint64_t> uneven_child(std::uint64_t seed, unsigned depth, int fail_at, int index) {
+  std::uint64_t x = seed * 6364136223846793005u + 1442695040888963407u;
+  const unsigned spins = static_cast<unsigned>((x >> 33) % 4000);
+  for (volatile unsigned i = 0; i < spins; i = i + 1) {  // volatile: the compiler keeps the wait
+  }
+  if (index == fail_at) throw std::runtime_error("child " + std::to_string(index));
+  if (depth == 0) co_return seed;
+  std::vector<weft::task<std::uint64_t>> kids;
+  for (std::uint64_t k = 0; k < 12; ++k) kids.push_back(uneven_child(seed * 12 + k, depth - 1, -1, static_cast<int>(k)));
+  std::uint64_t s = 0;
+  for (auto v : co_await weft::spawn_many(std::move(kids))) s += v;
+  co_return s;
+}
+
+std::uint64_t uneven_expected(std::uint64_t seed, unsigned depth) {
+  if (depth == 0) return seed;
+  std::uint64_t s = 0;
+  for (std::uint64_t k = 0; k < 12; ++k) s += uneven_expected(seed * 12 + k, depth - 1);
+  return s;
+}
+
+}  // namespace
+
+TEMPLATE_LIST_TEST_CASE("stress: spawn_many joins children stolen anywhere in the chain", "[stress]",
+                        weft_test::all_executors) {
+  auto pool = TestType::make();
+  for (int round = 0; round < weft_test::rounds(200, 20); ++round) {
+    const auto seed = static_cast<std::uint64_t>(round) + 1;
+    const auto got = weft::sync_wait(pool, [](std::uint64_t s) -> weft::task<std::uint64_t> {
+      std::vector<weft::task<std::uint64_t>> ts;
+      for (std::uint64_t k = 0; k < 12; ++k) ts.push_back(uneven_child(s * 12 + k, 1, -1, static_cast<int>(k)));
+      std::uint64_t sum = 0;
+      for (auto v : co_await weft::spawn_many(std::move(ts))) sum += v;
+      co_return sum;
+    }(seed));
+    REQUIRE(got == uneven_expected(seed, 2));
+    // Two failing children: the lower index is rethrown, after every child finished.
+    const int a = round % 12, b = (round * 7 + 3) % 12;
+    REQUIRE_THROWS_WITH(weft::sync_wait(pool, [](std::uint64_t s, int fa, int fb) -> weft::task<std::uint64_t> {
+                          std::vector<weft::task<std::uint64_t>> ts;
+                          for (int k = 0; k < 12; ++k)
+                            ts.push_back(uneven_child(s + static_cast<std::uint64_t>(k), 1, k == fb ? k : fa, k));
+                          std::uint64_t sum = 0;
+                          for (auto v : co_await weft::spawn_many(std::move(ts))) sum += v;
+                          co_return sum;
+                        }(seed, a, b)),
+                        "child " + std::to_string(std::min(a, b)));
+  }
 }

@@ -2,11 +2,16 @@
 //
 // spawn_many (weft/spawn_many.hpp) forks children 0..n-2 in one bulk push (every one is stealable
 // before anything else runs: DESIGN's "publish first, then hold back" rule), runs child
-// n-1 inline by symmetric transfer, then joins n-2..0 newest first, so that each join
-// normally pops its own child back from the bottom of the deque and runs it inline with
-// no atomic operation. Results stay in the children's frames; the caller collects them
-// in index order afterwards, so the first (lowest-index) exception is the one rethrown,
-// after every child finished.
+// n-1 inline by symmetric transfer, then joins n-2..0 newest first. The joins need no
+// coroutine of their own: each child links to the sibling joined after it (m_next_join)
+// and a child that finishes goes on down that chain itself (weft/task.hpp:
+// chain_next_join, join_rest, complete_queued): the next sibling is normally the newest
+// item of the deque, popped back and run inline with no atomic operation; a stolen one
+// gets the awaiting coroutine registered in its m_join, and whoever finishes it goes on
+// with the chain. The awaiting coroutine resumes once, when the last sibling is done.
+// Results stay in the children's frames; the caller collects them in index order
+// afterwards, so the first (lowest-index) exception is the one rethrown, after every
+// child finished.
 #pragma once
 
 #include <array>
@@ -32,9 +37,12 @@ void fork_bulk(std::size_t n, At at, bool chain) {
   worker_context* w = t_worker;
   const unsigned prio = t_prio;
   if (w == nullptr || n > w->m_deques[prio].free_slots()) {
+    void* previous = nullptr;
     for (std::size_t i = 0; i < n; ++i) {
       auto [p, h] = at(i);
       p->m_mode = completion::forked;
+      if (chain) p->m_next_join = previous;
+      previous = h.address();
       enqueue_child(*p, h, k_inherit_priority, nullptr);
     }
     return;
