@@ -108,8 +108,9 @@ namespace {
 weft::task<std::uint64_t> uneven_child(std::uint64_t seed, unsigned depth, int fail_at, int index) {
   std::uint64_t x = seed * 6364136223846793005u + 1442695040888963407u;
   const unsigned spins = static_cast<unsigned>((x >> 33) % 4000);
-  for (volatile unsigned i = 0; i < spins; i = i + 1) {  // volatile: the compiler keeps the wait
-  }
+  volatile unsigned sink = 0;  // volatile: the compiler keeps the wait
+  for (unsigned i = 0; i < spins; ++i) sink = i;
+  (void)sink;
   if (index == fail_at) throw std::runtime_error("child " + std::to_string(index));
   if (depth == 0) co_return seed;
   std::vector<weft::task<std::uint64_t>> kids;
