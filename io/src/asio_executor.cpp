@@ -93,16 +93,16 @@ bool asio_executor::owns_current_thread() const noexcept { return weft::detail::
 
 void asio_executor::schedule(std::coroutine_handle<> h, unsigned prio) {
   check_priority(*this, prio, "weft::io::asio_executor::schedule");
-  bool post_drain = false;
+  bool need_drain = false;
   {
     std::lock_guard lock(m_mutex);
     if (m_stopping && !owns_current_thread())
       throw shutdown_error("weft::io::asio_executor: shutting down, no new work accepted");
     m_queues[prio].push_back(h.address());
-    post_drain = !m_drain_posted;
+    need_drain = !m_drain_posted;
     m_drain_posted = true;
   }
-  if (post_drain) this->post_drain();
+  if (need_drain) post_drain();
 }
 
 void asio_executor::drain() {
