@@ -3,6 +3,8 @@
 #pragma once
 
 #include <coroutine>
+#include <functional>
+#include <type_traits>
 #include <utility>
 
 #include "weft/detail/fork.hpp"
@@ -108,12 +110,7 @@ class [[nodiscard]] spawn_op {
 
   /// Queues the child where it can be stolen and returns its handle; the caller goes
   /// on running. Throws std::logic_error for an empty task.
-  WEFT_INLINE fork_handle<T> fork() && {
-    auto h = take();
-    h.promise().m_mode = detail::completion::forked;
-    enqueue_or_destroy(h);
-    return fork_handle<T>{h};
-  }
+  WEFT_INLINE fork_handle<T> fork() && { return fork_handle<T>{fork_raw()}; }
 
   /// Queues the child and forgets it. Its exception, if any, is reported to stderr.
   WEFT_INLINE void detach() && {
@@ -124,35 +121,58 @@ class [[nodiscard]] spawn_op {
 
   /// Runs the child and waits for it: inline when nothing was configured, else as a
   /// fork immediately joined. Evaluates to its value or rethrows its exception.
-  auto operator co_await() && {
-    if (m_prio == detail::k_inherit_priority && m_target == nullptr)
-      return awaiter{std::move(m_task), {}};
-    return awaiter{{}, std::move(*this).fork()};
+  WEFT_INLINE auto operator co_await() && {
+    if (m_prio == detail::k_inherit_priority && m_target == nullptr) return awaiter{m_task.release(), false};
+    return awaiter{fork_raw(), true};
   }
 
  private:
+  using handle_type = typename task<T>::handle_type;
+
+  // One owned handle, run inline or forked and joined. m_joined is a constant after
+  // inlining (nothing configured is the common case), and await_resume frees the frame
+  // and empties m_h, so the destructor's check folds away: an inline co_await costs what
+  // co_await on the task itself costs.
   struct awaiter {
-    task<T> m_inline;
-    fork_handle<T> m_forked;
-    typename task<T>::awaiter m_a{};
-    typename fork_handle<T>::awaiter m_f{};
-    bool await_ready() {
-      if (m_inline.valid()) {
-        m_a = m_inline.operator co_await();
-        return m_a.await_ready();
+    handle_type m_h;
+    bool m_joined;
+    awaiter(handle_type h, bool joined) noexcept : m_h(h), m_joined(joined) {}
+    awaiter(const awaiter&) = delete;
+    awaiter& operator=(const awaiter&) = delete;
+    ~awaiter() {  // not awaited after all (await_ready threw)
+      if (m_h) {
+        if (m_joined) detail::abandon_child(m_h);
+        else m_h.destroy();
       }
-      m_f = m_forked.operator co_await();
-      return m_f.await_ready();
     }
-    std::coroutine_handle<> await_suspend(std::coroutine_handle<> c) {
-      return m_inline.valid() ? m_a.await_suspend(c) : m_f.await_suspend(c);
+    WEFT_INLINE bool await_ready() {
+      if (!m_joined) return typename task<T>::awaiter{m_h}.await_ready();  // throws for an empty task
+      return detail::join_awaiter{m_h}.await_ready();
     }
-    decltype(auto) await_resume() { return m_inline.valid() ? m_a.await_resume() : m_f.await_resume(); }
+    WEFT_INLINE std::coroutine_handle<> await_suspend(std::coroutine_handle<> c) {
+      if (!m_joined) return typename task<T>::awaiter{m_h}.await_suspend(c);
+      return detail::join_awaiter{m_h}.await_suspend(c);
+    }
+    /// The child's result (its exception rethrown); its frame is freed either way.
+    WEFT_INLINE decltype(auto) await_resume() {
+      struct release_frame {
+        handle_type h;
+        WEFT_INLINE ~release_frame() { h.destroy(); }
+      } guard{std::exchange(m_h, {})};
+      return guard.h.promise().m_result.take();
+    }
   };
+
+  WEFT_INLINE handle_type fork_raw() {
+    auto h = take();
+    h.promise().m_mode = detail::completion::forked;
+    enqueue_or_destroy(h);
+    return h;
+  }
 
   /// Queues `h`; if that throws (bad priority, executor shutting down), the child never
   /// ran and nobody else has it: free it, then let the exception out.
-  WEFT_INLINE void enqueue_or_destroy(typename task<T>::handle_type h) {
+  WEFT_INLINE void enqueue_or_destroy(handle_type h) {
     try {
       detail::enqueue_child(h.promise(), h, m_prio, m_target);
     } catch (...) {
@@ -161,7 +181,7 @@ class [[nodiscard]] spawn_op {
     }
   }
 
-  WEFT_INLINE typename task<T>::handle_type take() {
+  WEFT_INLINE handle_type take() {
     if (!m_task.valid()) [[unlikely]] detail::throw_bad_await("weft::spawn: empty or moved-from task");
     return m_task.release();
   }
@@ -178,6 +198,24 @@ class [[nodiscard]] spawn_op {
 template <class T>
 WEFT_INLINE spawn_op<T> spawn(task<T>&& t) noexcept {
   return spawn_op<T>{std::move(t)};
+}
+
+/// The task that `std::invoke(fn, args...)` returns (a weft::task<T>), described as by
+/// spawn(task): `auto h = weft::spawn(fib, n - 1).fork();`, or `co_await
+/// weft::spawn(fib, n - 2)` to run it inline. Same behaviour and thread-safety as
+/// spawn(fn(args...)); whatever throws before the task exists (fn itself, allocating
+/// its frame, copying the arguments) propagates from here.
+/// Why a second form: with clang, when `fn` is a function object (a lambda or a class
+/// with operator()), the child's frame set-up is inlined into the caller, which a
+/// coroutine that calls itself by name (spawn(f(n - 1)) inside f) never gets (bench
+/// fib: 13 % fewer instructions per call). With a plain function it is spawn(fn(args...)).
+/// Lifetimes are as for calling fn yourself: a coroutine lambda's captures and
+/// reference parameters must outlive the task.
+template <class F, class... A>
+  requires std::invocable<F, A...> && detail::is_task<std::invoke_result_t<F, A...>>::value
+auto spawn(F&& fn, A&&... args) {
+  return spawn_op<typename std::invoke_result_t<F, A...>::value_type>{
+      std::invoke(std::forward<F>(fn), std::forward<A>(args)...)};
 }
 
 }  // namespace weft

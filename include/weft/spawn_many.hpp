@@ -3,6 +3,7 @@
 
 #include <array>
 #include <cstddef>
+#include <functional>
 #include <iterator>
 #include <ranges>
 #include <span>
@@ -16,11 +17,6 @@
 namespace weft {
 
 namespace detail {
-
-template <class T>
-struct is_task : std::false_type {};
-template <class T>
-struct is_task<task<T>> : std::true_type {};
 
 template <class R>
 using range_task_t = std::remove_cvref_t<std::ranges::range_value_t<R>>;
@@ -123,6 +119,34 @@ auto spawn_many(It first) {
   std::array<task<T>, N> ts;
   for (std::size_t i = 0; i < N; ++i, ++first) ts[i] = std::move(*first);
   return detail::bulk_join_op<T, std::array<task<T>, N>>(std::move(ts));
+}
+
+/// Generator overload: the N tasks gen(0), gen(1), ..., gen(N - 1) (std::invoke, called
+/// in index order on the calling thread), into a std::array<T, N>. Same contract as the
+/// range form; if gen throws, the tasks made so far are destroyed unstarted and the
+/// exception propagates from here. With clang, making the children inside `gen` (a
+/// lambda) rather than in the caller's own body lets the children's frame set-up be
+/// inlined (bench skynet: 9 % fewer instructions).
+/// `co_await weft::spawn_many<10>([&](std::size_t i) { return child(i); })`
+template <std::size_t N, class F>
+  requires std::invocable<F&, std::size_t> && detail::is_task<std::invoke_result_t<F&, std::size_t>>::value
+auto spawn_many(F&& gen) {
+  using T = typename std::invoke_result_t<F&, std::size_t>::value_type;
+  std::array<task<T>, N> ts;
+  for (std::size_t i = 0; i < N; ++i) ts[i] = std::invoke(gen, i);
+  return detail::bulk_join_op<T, std::array<task<T>, N>>(std::move(ts));
+}
+
+/// Count + generator overload: the n tasks gen(0), ..., gen(n - 1), into a
+/// std::vector<T>. As the fixed-count generator form otherwise.
+template <class F>
+  requires std::invocable<F&, std::size_t> && detail::is_task<std::invoke_result_t<F&, std::size_t>>::value
+auto spawn_many(std::size_t n, F&& gen) {
+  using T = typename std::invoke_result_t<F&, std::size_t>::value_type;
+  std::vector<task<T>> ts;
+  ts.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) ts.push_back(std::invoke(gen, i));
+  return detail::bulk_join_op<T, std::vector<task<T>>>(std::move(ts));
 }
 
 }  // namespace weft

@@ -266,4 +266,12 @@ class [[nodiscard]] task {
   handle_type m_h;
 };
 
+namespace detail {
+/// True for weft::task<T> (any T).
+template <class T>
+struct is_task : std::false_type {};
+template <class T>
+struct is_task<task<T>> : std::true_type {};
+}  // namespace detail
+
 }  // namespace weft

@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 
 #include "executors.hpp"
+#include "sync.hpp"
 
 #include <array>
 #include <atomic>
@@ -127,6 +128,34 @@ TEMPLATE_LIST_TEST_CASE("spawn_many: results in input order, for every overload"
     }());
     CHECK(r == std::array<int, 3>{4, 9, 16});
   }
+  SECTION("spawn_many<N>(gen) gives a std::array, gen called in index order") {
+    auto r = weft::sync_wait(pool, []() -> weft::task<bool> {
+      std::vector<std::size_t> calls;
+      auto v = co_await weft::spawn_many<5>([&calls](std::size_t i) {
+        calls.push_back(i);
+        return square(static_cast<int>(i));
+      });
+      co_return v == std::array<int, 5>{0, 1, 4, 9, 16} && calls == std::vector<std::size_t>{0, 1, 2, 3, 4};
+    }());
+    CHECK(r);
+  }
+  SECTION("spawn_many(n, gen) gives a std::vector") {
+    auto r = weft::sync_wait(pool, []() -> weft::task<std::vector<int>> {
+      co_return co_await weft::spawn_many(std::size_t{60}, [](std::size_t i) { return square(static_cast<int>(i)); });
+    }());
+    CHECK(r == expected_squares(60));
+  }
+  SECTION("spawn_many(0, gen) gives an empty vector and never calls gen") {
+    auto r = weft::sync_wait(pool, []() -> weft::task<bool> {
+      bool called = false;
+      auto v = co_await weft::spawn_many(std::size_t{0}, [&called](std::size_t) {
+        called = true;
+        return square(1);
+      });
+      co_return v.empty() && !called;
+    }());
+    CHECK(r);
+  }
   SECTION("a single task") {
     auto r = weft::sync_wait(pool, []() -> weft::task<std::vector<int>> {
       co_return co_await weft::spawn_many(squares(1));
@@ -198,6 +227,58 @@ TEMPLATE_LIST_TEST_CASE("spawn_many: the lowest-index exception is rethrown afte
                       }(ran)),
                       "child 1");
     CHECK(ran == 3);
+  }
+}
+
+TEMPLATE_LIST_TEST_CASE("spawn_many: the generator forms, exceptions", "[spawn_many]", weft_test::all_executors) {
+  auto pool = TestType::make();
+  std::atomic<int> ran{0};
+
+  SECTION("children: the lowest index wins, after all finished") {
+    CHECK_THROWS_WITH(weft::sync_wait(pool, [](std::atomic<int>& runs) -> weft::task<std::array<int, 6>> {
+                        co_return co_await weft::spawn_many<6>([&runs](std::size_t i) {
+                          return maybe_throws(static_cast<int>(i), i == 2 || i == 4, runs);
+                        });
+                      }(ran)),
+                      "child 2");
+    CHECK(ran == 6);
+  }
+  SECTION("gen throws: nothing runs, the tasks made so far are freed, the error reaches the caller") {
+    std::atomic<int> live{0};
+    const auto gen_throws = [](std::atomic<int>& runs, std::atomic<int>& alive, bool fixed) -> weft::task<int> {
+      const auto gen = [&](std::size_t i) {
+        if (i == 3) throw std::runtime_error("gen failed");
+        return [](weft_test::tracker, std::atomic<int>& r) -> weft::task<int> {
+          r.fetch_add(1, std::memory_order_relaxed);
+          co_return 0;
+        }(weft_test::tracker{alive}, runs);
+      };
+      try {
+        if (fixed) (void)co_await weft::spawn_many<5>(gen);
+        else (void)co_await weft::spawn_many(std::size_t{5}, gen);
+      } catch (const std::runtime_error& e) {
+        co_return std::string(e.what()) == "gen failed" ? 1 : 0;
+      }
+      co_return 0;
+    };
+    CHECK(weft::sync_wait(pool, gen_throws(ran, live, true)) == 1);
+    CHECK(weft::sync_wait(pool, gen_throws(ran, live, false)) == 1);
+    CHECK(ran == 0);
+    CHECK(live == 0);
+  }
+  SECTION("gen returns an empty task: std::logic_error before anything runs") {
+    auto r = weft::sync_wait(pool, [](std::atomic<int>& runs) -> weft::task<bool> {
+      try {
+        (void)co_await weft::spawn_many(std::size_t{4}, [&runs](std::size_t i) {
+          return i == 1 ? weft::task<int>{} : maybe_throws(static_cast<int>(i), false, runs);
+        });
+      } catch (const std::logic_error&) {
+        co_return true;
+      }
+      co_return false;
+    }(ran));
+    CHECK(r);
+    CHECK(ran == 0);
   }
 }
 

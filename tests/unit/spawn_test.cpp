@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -62,7 +63,112 @@ weft::task<std::size_t> spawn_chain(std::size_t n) {
   co_return 1 + co_await weft::spawn(spawn_chain(n - 1));
 }
 
+// fib as a function object: the callable form of spawn.
+struct fib_fn {
+  weft::task<std::uint64_t> operator()(unsigned n) const;
+};
+inline constexpr fib_fn fib_object{};
+weft::task<std::uint64_t> fib_fn::operator()(unsigned n) const {
+  if (n < 2) co_return n;
+  auto a = weft::spawn(fib_object, n - 1).fork();
+  const std::uint64_t b = co_await weft::spawn(fib_object, n - 2);
+  co_return co_await a + b;
+}
+
+// Each level co_awaits spawn(fn, args...) of the next.
+weft::task<std::size_t> callable_chain(std::size_t n) {
+  if (n == 0) co_return 0;
+  co_return 1 + co_await weft::spawn(callable_chain, n - 1);
+}
+
 } // namespace
+
+TEMPLATE_LIST_TEST_CASE("spawn(fn, args...): the callable form", "[spawn]", weft_test::all_executors) {
+  auto pool = TestType::make();
+
+  SECTION("a function object forked and awaited inline: fib(20)") {
+    CHECK(weft::sync_wait(pool, fib_object(20)) == 6765);
+  }
+  SECTION("a plain function, a lambda, reference arguments, void") {
+    std::atomic<int> n{0};
+    auto r = weft::sync_wait(pool, [](std::atomic<int>& count) -> weft::task<bool> {
+      const int v = co_await weft::spawn(value_of, 4);
+      auto h = weft::spawn([] { return value_of(5); }).fork();
+      auto inc = weft::spawn(increment, std::ref(count)).fork();
+      co_await weft::spawn(increment, std::ref(count));
+      co_await inc;
+      co_return v == 4 && co_await h == 5;
+    }(n));
+    CHECK(r);
+    CHECK(n == 2);
+  }
+  SECTION("priority, run_on and detach work as with spawn(task)") {
+    std::atomic<int> live{0};
+    std::atomic<int> ran{0};
+    weft::thread_pool other{{.threads = 1}};
+    {
+      auto local = TestType::make();
+      auto r = weft::sync_wait(
+          local,
+          [](weft::thread_pool& there, std::atomic<int>& alive, std::atomic<int>& runs) -> weft::task<bool> {
+            const unsigned awaited = co_await weft::spawn(priority).priority(0);
+            auto h = weft::spawn(priority).priority(3).fork();
+            const unsigned forked = co_await h;
+            const bool ran_there = co_await weft::spawn(on, std::ref(there)).run_on(there);
+            weft::spawn(holds, tracker{alive}, std::ref(runs)).detach();
+            co_return awaited == 0 && forked == 3 && ran_there && weft::current_priority() == 1;
+          }(other, live, ran),
+          1);
+      CHECK(r);
+    }  // the pool runs the detached child before it goes
+    CHECK(ran == 1);
+    CHECK(live == 0);
+  }
+  SECTION("exceptions: from fn itself (nothing queued) and from the child at its join") {
+    auto r = weft::sync_wait(pool, []() -> weft::task<int> {
+      int caught = 0;
+      try {
+        auto h = weft::spawn([]() -> weft::task<int> { throw std::runtime_error("fn failed"); }).fork();
+      } catch (const std::runtime_error&) {
+        ++caught;
+      }
+      auto h = weft::spawn(throws_runtime, "child failed").fork();
+      try {
+        (void)co_await h;
+      } catch (const std::runtime_error& e) {
+        if (std::string(e.what()) == "child failed") ++caught;
+      }
+      try {
+        (void)co_await weft::spawn(throws_runtime, "inline failed");
+      } catch (const std::runtime_error& e) {
+        if (std::string(e.what()) == "inline failed") ++caught;
+      }
+      co_return caught;
+    }());
+    CHECK(r == 3);
+  }
+  SECTION("fn returning an empty task: std::logic_error") {
+    const auto empty = [] { return weft::task<int>{}; };
+    auto r = weft::sync_wait(pool, [](auto make_empty) -> weft::task<int> {
+      int caught = 0;
+      try {
+        auto h = weft::spawn(make_empty).fork();
+      } catch (const std::logic_error&) {
+        ++caught;
+      }
+      try {
+        (void)co_await weft::spawn(make_empty);
+      } catch (const std::logic_error&) {
+        ++caught;
+      }
+      co_return caught;
+    }(empty));
+    CHECK(r == 2);
+  }
+  SECTION("a 100,000-deep chain of co_await spawn(fn, args...)") {
+    CHECK(weft::sync_wait(pool, callable_chain(100'000)) == 100'000);
+  }
+}
 
 TEMPLATE_LIST_TEST_CASE("spawn: co_await runs the child inline and yields its value", "[spawn]",
                         weft_test::all_executors) {
