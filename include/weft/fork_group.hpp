@@ -1,7 +1,9 @@
 // weft/fork_group.hpp: a dynamic number of forks joined together.
 #pragma once
 
+#include <concepts>
 #include <cstddef>
+#include <functional>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -40,6 +42,15 @@ class fork_group {
     h.promise().m_mode = detail::completion::forked;
     detail::enqueue_child(h.promise(), h, detail::k_inherit_priority, nullptr);  // t still frees it if this throws
     m_tasks.push_back(std::move(t));
+  }
+
+  /// fork(std::invoke(fn, args...)): the task fn returns, forked as above (fn's own
+  /// exceptions propagate, nothing queued). With a function object, clang inlines the
+  /// child's frame set-up into the caller (see weft::spawn(fn, args...)).
+  template <class F, class... A>
+    requires std::invocable<F, A...> && std::same_as<std::invoke_result_t<F, A...>, task<T>>
+  void fork(F&& fn, A&&... args) {
+    fork(std::invoke(std::forward<F>(fn), std::forward<A>(args)...));
   }
 
   /// Number of children forked and not yet joined.

@@ -95,6 +95,28 @@ TEMPLATE_LIST_TEST_CASE("fork_group: join gives the results in fork order", "[fo
   }
 }
 
+TEMPLATE_LIST_TEST_CASE("fork_group: fork(fn, args...) forks what fn returns", "[fork_group]",
+                        weft_test::all_executors) {
+  auto pool = TestType::make();
+  auto r = weft::sync_wait(pool, []() -> weft::task<bool> {
+    weft::fork_group<int> g;
+    for (int i = 0; i < 20; ++i) g.fork(square, i);
+    g.fork([] { return square(20); });
+    bool fn_threw = false;
+    try {
+      g.fork([]() -> weft::task<int> { throw std::runtime_error("fn failed"); });
+    } catch (const std::runtime_error&) {
+      fn_threw = true;  // nothing was forked
+    }
+    const std::size_t forked = g.size();
+    const auto v = co_await g.join();
+    bool ok = forked == 21 && v.size() == 21 && fn_threw;
+    for (int i = 0; i <= 20 && ok; ++i) ok = v[i] == i * i;
+    co_return ok;
+  }());
+  CHECK(r);
+}
+
 TEMPLATE_LIST_TEST_CASE("fork_group: the lowest-index exception is rethrown after every child finished",
                         "[fork_group]", weft_test::all_executors) {
   auto pool = TestType::make();
