@@ -14,7 +14,7 @@ struct cache_flush {
     for (std::size_t cls = 0; cls < k_frame_classes; ++cls) {
       while (frame_node* f = c.m_free[cls]) {
         c.m_free[cls] = f->m_next;
-        ::operator delete(f);
+        ::operator delete(f, k_frame_alignment);
       }
       c.m_room[cls] = 0;
     }
@@ -34,14 +34,14 @@ void register_thread() noexcept {
 
 void* allocate_frame_slow(std::size_t cls) {
   register_thread();
-  return ::operator new((cls + 1) * k_frame_granule);
+  return ::operator new((cls + 1) * k_frame_granule, k_frame_alignment);
 }
 
 void release_frame_slow(void* p, std::size_t cls) {
   register_thread();
   frame_cache& c = t_frame_cache;
   if (c.m_state != 1 || c.m_room[cls] == 0) {
-    ::operator delete(p);
+    ::operator delete(p, k_frame_alignment);
     return;
   }
   auto* f = static_cast<frame_node*>(p);

@@ -2,6 +2,7 @@
 #include <weft/task.hpp>
 
 #include <weft/sync_wait.hpp>
+#include <weft/yield.hpp>
 
 #include <catch2/catch.hpp>
 
@@ -9,11 +10,13 @@
 #include "sync.hpp"
 
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 namespace {
 
@@ -230,4 +233,42 @@ TEMPLATE_LIST_TEST_CASE("task: a 1,000,000-deep chain of co_awaits does not over
                         weft_test::all_executors) {
   auto pool = TestType::make();
   CHECK(weft::sync_wait(pool, chain(1'000'000)) == 1'000'000);
+}
+
+namespace {
+// Holds an object with a 64-byte-aligned member across a suspension, in a frame of
+// about `Pad` bytes (over weft's 1 KiB cache limit for the largest).
+struct line_aligned {
+  alignas(64) std::uint64_t word = 0;
+  std::uint64_t more[3] = {};
+};
+template <std::size_t Pad>
+weft::task<bool> holds_aligned(std::uint64_t v) {
+  line_aligned a;
+  a.word = v;
+  volatile unsigned char pad[Pad] = {};
+  pad[0] = static_cast<unsigned char>(v);
+  co_await weft::yield_if_requested();
+  co_return reinterpret_cast<std::uintptr_t>(&a) % 64 == 0 && a.word == v && pad[0] == static_cast<unsigned char>(v);
+}
+}  // namespace
+
+TEMPLATE_LIST_TEST_CASE("task: frames start on a 64-byte line, so over-aligned locals are honoured", "[task]",
+                        weft_test::all_executors) {
+  auto pool = TestType::make();
+  auto r = weft::sync_wait(pool, []() -> weft::task<int> {
+    std::vector<weft::task<bool>> ts;
+    for (std::uint64_t i = 0; i < 64; ++i) {
+      ts.push_back(holds_aligned<8>(i));
+      ts.push_back(holds_aligned<200>(i));
+      ts.push_back(holds_aligned<2000>(i));
+    }
+    int bad = 0;
+    for (auto& t : ts) {
+      if (reinterpret_cast<std::uintptr_t>(t.handle().address()) % 64 != 0) ++bad;  // the frame itself
+      if (!co_await t) ++bad;
+    }
+    co_return bad;
+  }());
+  CHECK(r == 0);
 }

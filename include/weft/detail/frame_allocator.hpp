@@ -25,6 +25,11 @@ inline constexpr std::size_t k_frame_granule = 64;
 inline constexpr std::size_t k_frame_classes = 16;
 inline constexpr std::size_t k_max_frame = k_frame_granule * k_frame_classes;  // 1 KiB
 inline constexpr std::uint32_t k_cache_limit = 4096;
+// Every frame starts on a cache line: clang lays a frame out for the alignment of what
+// it holds (an object with an alignas(64) member, say) but allocates it through the
+// promise's plain operator new, so anything up to 64 must be honoured here. It also
+// keeps two frames from sharing a line.
+inline constexpr std::align_val_t k_frame_alignment{64};
 
 struct frame_node {
   frame_node* m_next;
@@ -71,9 +76,9 @@ constexpr std::size_t frame_class(std::size_t n) noexcept {
 /// Allocates a coroutine frame of n bytes. Thread-safe (per-thread state).
 WEFT_INLINE void* allocate_frame(std::size_t n) {
   if constexpr (WEFT_SANITIZED) {
-    return ::operator new(n);
+    return ::operator new(n, k_frame_alignment);
   } else {
-    if (n > k_max_frame) return ::operator new(n);
+    if (n > k_max_frame) return ::operator new(n, k_frame_alignment);
     const std::size_t cls = frame_class(n);
     frame_cache& c = t_frame_cache;
     if (frame_node* f = c.m_free[cls]) [[likely]] {
@@ -88,10 +93,10 @@ WEFT_INLINE void* allocate_frame(std::size_t n) {
 /// Frees a frame of n bytes obtained from allocate_frame, on any thread.
 WEFT_INLINE void deallocate_frame(void* p, std::size_t n) noexcept {
   if constexpr (WEFT_SANITIZED) {
-    ::operator delete(p);
+    ::operator delete(p, k_frame_alignment);
   } else {
     if (n > k_max_frame) {
-      ::operator delete(p);
+      ::operator delete(p, k_frame_alignment);
       return;
     }
     const std::size_t cls = frame_class(n);
