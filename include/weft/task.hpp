@@ -267,6 +267,17 @@ class [[nodiscard]] task {
 };
 
 namespace detail {
+/// The result of finished task `h` (its value moved out, or its exception rethrown);
+/// the frame is freed either way, after the value left it.
+template <class Promise>
+WEFT_INLINE decltype(auto) take_and_free(std::coroutine_handle<Promise> h) {
+  struct release_frame {
+    std::coroutine_handle<Promise> h;
+    WEFT_INLINE ~release_frame() { h.destroy(); }
+  } guard{h};
+  return guard.h.promise().m_result.take();
+}
+
 /// True for weft::task<T> (any T).
 template <class T>
 struct is_task : std::false_type {};
