@@ -1,16 +1,48 @@
-// src/frame_allocator.cpp: slow paths of the per-thread frame cache.
+// src/frame_allocator.cpp: slow paths of the per-thread frame cache
+// (weft/detail/frame_allocator.hpp): getting a frame stack, popping frames marked
+// freed, the free lists, and handing a stack on when its thread exits.
 #include "weft/detail/frame_allocator.hpp"
+
+#include <mutex>
+#include <new>
+#include <vector>
 
 namespace weft::detail {
 
 constinit thread_local frame_cache t_frame_cache{};
 
 namespace {
-/// Constructed on a thread's first slow-path call: returns its cached frames at exit.
+
+/// Stacks of threads that exited, with whatever frames are still alive in them; a new
+/// thread adopts one before making a new stack. Never destroyed: threads may exit (and
+/// frames be freed) during static destruction.
+struct orphan_stacks {
+  std::mutex m_mutex;
+  std::vector<frame_stack> m_stacks;
+};
+orphan_stacks& orphans() {
+  static orphan_stacks* const list = new orphan_stacks;
+  return *list;
+}
+
+/// Constructed on a thread's first slow-path call: at thread exit, returns the cached
+/// free-list frames and hands the frame stack to the orphan list.
 struct cache_flush {
   ~cache_flush() {
     frame_cache& c = t_frame_cache;
-    c.m_state = 2;  // from now on frees bypass the cache
+    c.m_state = 2;  // from now on frees bypass the free lists
+    const frame_stack s = c.m_stack;
+    c.m_stack = {};  // frees of its frames now mark them, like any other thread's
+    if (s.m_end != 0) {
+      try {
+        orphan_stacks& o = orphans();
+        std::lock_guard lock(o.m_mutex);
+        o.m_stacks.push_back(s);
+      } catch (...) {
+        // Out of memory recording it: the stack stays unused (and is not freed, as
+        // frames in it may be alive).
+      }
+    }
     for (std::size_t cls = 0; cls < k_frame_classes; ++cls) {
       while (frame_node* f = c.m_free[cls]) {
         c.m_free[cls] = f->m_next;
@@ -24,22 +56,77 @@ thread_local cache_flush t_flush;
 
 void register_thread() noexcept {
   frame_cache& c = t_frame_cache;
-  if (c.m_state == 0) {
-    (void)&t_flush;  // odr-use: constructs the thread's flush object
-    c.m_state = 1;
-    for (std::size_t cls = 0; cls < k_frame_classes; ++cls) c.m_room[cls] = k_cache_limit;
+  if (c.m_state != 0) return;
+  (void)&t_flush;  // odr-use: constructs the thread's flush object
+  c.m_state = 1;
+  for (std::size_t cls = 0; cls < k_frame_classes; ++cls) c.m_room[cls] = k_cache_limit;
+  {
+    orphan_stacks& o = orphans();
+    std::lock_guard lock(o.m_mutex);
+    if (!o.m_stacks.empty()) {
+      c.m_stack = o.m_stacks.back();
+      o.m_stacks.pop_back();
+      return;
+    }
   }
+  if (void* block = ::operator new(k_frame_stack_bytes, k_frame_alignment, std::nothrow))
+    frame_stack_init(c.m_stack, block, k_frame_stack_bytes);
+  // else: no stack; every frame comes from the free lists.
 }
+
 }  // namespace
+
+bool frame_stack_release(frame_stack* s, void* p, std::size_t size) noexcept {
+  const auto start = reinterpret_cast<std::uintptr_t>(p);
+  const std::atomic_ref<std::uint64_t> footer = footer_ending_at(start + size);
+  const std::uint64_t f = footer.load(std::memory_order_relaxed);
+  if (f == 0) return false;  // a free-list frame
+  if (s != nullptr && start + size == s->m_top) {
+    // Our top frame, with frames already marked freed below it: pop them all.
+    s->m_top = start;
+    frame_stack_trim(*s);
+    return true;
+  }
+  // Not on top (or another thread's stack): mark it; the owner pops it when its top
+  // comes down to it. release: this thread is done with the frame's memory.
+  footer.store(f | 1, std::memory_order_release);
+  return true;
+}
+
+void frame_stack_trim(frame_stack& s) noexcept {
+  if (s.m_end == 0) return;
+  std::uintptr_t top = s.m_top;
+  for (;;) {
+    // acquire: pairs with frame_stack_release's marking store (its thread is done).
+    const std::uint64_t below = footer_ending_at(top).load(std::memory_order_acquire);
+    if ((below & 1) == 0) break;  // a live frame, or the stack's header
+    top -= below & ~std::uint64_t{1};
+  }
+  s.m_top = top;
+}
 
 void* allocate_frame_slow(std::size_t cls) {
   register_thread();
-  return ::operator new((cls + 1) * k_frame_granule, k_frame_alignment);
+  frame_cache& c = t_frame_cache;
+  const std::size_t size = (cls + 1) * k_frame_granule;
+  if (void* p = frame_stack_push(c.m_stack, size)) return p;  // the thread's first frame
+  frame_stack_trim(c.m_stack);  // full: frames at the top may have been freed elsewhere
+  if (void* p = frame_stack_push(c.m_stack, size)) return p;
+  if (frame_node* f = c.m_free[cls]) {
+    c.m_free[cls] = f->m_next;
+    ++c.m_room[cls];
+    return f;
+  }
+  void* p = ::operator new(size, k_frame_alignment);
+  footer_ending_at(reinterpret_cast<std::uintptr_t>(p) + size).store(0, std::memory_order_relaxed);
+  return p;
 }
 
 void release_frame_slow(void* p, std::size_t cls) {
-  register_thread();
   frame_cache& c = t_frame_cache;
+  const std::size_t size = (cls + 1) * k_frame_granule;
+  if (frame_stack_release(c.m_stack.m_end != 0 ? &c.m_stack : nullptr, p, size)) return;
+  register_thread();
   if (c.m_state != 1 || c.m_room[cls] == 0) {
     ::operator delete(p, k_frame_alignment);
     return;

@@ -272,3 +272,35 @@ TEMPLATE_LIST_TEST_CASE("task: frames start on a 64-byte line, so over-aligned l
   }());
   CHECK(r == 0);
 }
+
+namespace {
+weft::task<std::uint64_t> scaled(std::uint64_t v) { co_return v * 3 + 1; }  // v lives in the frame
+}  // namespace
+
+// Frames come from a per-thread frame stack (weft/detail/frame_allocator.hpp). A thread
+// that exits hands its stack, frames still alive in it, to the next thread needing one:
+// those frames must survive that thread's allocations, and be freeable from anywhere.
+TEMPLATE_LIST_TEST_CASE("task: frames outlive the thread that made them", "[task]", weft_test::all_executors) {
+  auto pool = TestType::make();
+  constexpr std::uint64_t k_n = 3000;  // more than one 256 KiB stack holds
+  std::vector<weft::task<std::uint64_t>> first, second;
+  std::thread([&] {
+    for (std::uint64_t i = 0; i < k_n; ++i) first.push_back(scaled(i));
+  }).join();
+  std::thread([&] {
+    for (std::uint64_t i = 0; i < k_n; ++i) second.push_back(scaled(k_n + i));
+    // Free some of each here, out of order and on top, on this other thread.
+    for (std::uint64_t i = 0; i < k_n; i += 3) first[i] = {};
+    for (std::uint64_t i = k_n; i-- > k_n / 2;) second[i] = {};
+  }).join();
+  for (std::uint64_t i = k_n / 2; i < k_n; ++i) second[i] = scaled(k_n + i);  // main thread's frames
+  auto bad = weft::sync_wait(pool, [&]() -> weft::task<std::uint64_t> {
+    std::uint64_t wrong = 0;
+    for (std::uint64_t i = 0; i < k_n; ++i) {
+      if (first[i].valid() && co_await first[i] != i * 3 + 1) ++wrong;
+      if (co_await second[i] != (k_n + i) * 3 + 1) ++wrong;
+    }
+    co_return wrong;
+  }());
+  CHECK(bad == 0);
+}

@@ -1,18 +1,40 @@
-// weft/detail/frame_allocator.hpp: per-thread recycling allocator for coroutine frames.
+// weft/detail/frame_allocator.hpp: per-thread allocator for coroutine frames.
 //
-// Every weft::task frame comes from here. Frames are rounded up to a 64-byte size
-// class (up to k_max_frame bytes; bigger frames go to ::operator new). Each thread
-// keeps one singly linked free list per class. A frame freed on another thread than
-// the one that allocated it simply joins the freeing thread's list: memory migrates
-// between threads, which is harmless, and each list is capped (k_cache_limit) so a
-// producer/consumer pattern cannot grow one thread's cache without bound; frames over
-// the cap go back to ::operator delete.
+// Every weft::task frame comes from here. A frame of n bytes takes stacked_size(n)
+// bytes: n, then an 8-byte footer, rounded up to 64 (frames over k_max_frame go to
+// ::operator new). Two sources per thread:
 //
-// The fast path touches only a trivially initialised thread_local (no TLS wrapper
-// call, no atomic). Under a sanitizer the cache is bypassed so ASan/TSan see every
-// allocation.
+// * The thread's frame stack (the fast path): a 256 KiB block handed out bump-pointer
+//   style. A frame freed while it is its thread's top frame (the usual case: a child
+//   ends before the parent that made it) pops the top back. A frame freed out of that
+//   order, on its own thread or another, is only marked freed in its footer (a release
+//   store); the owner pops marked frames when its top comes back down to them, or when
+//   the stack is full (frame_stack_trim), so nothing is lost, only reused later.
+//   Why a stack and not a free list: taking a frame from a list needs the list head
+//   and then a load from that frame (its `next`, just written by the free before), two
+//   dependent loads per allocation; a bump pointer is one. Fork-join code allocates and
+//   frees a frame per task, back to back, so that chain is on every task's critical
+//   path. Measured against the free lists alone (medians of 21 alternated runs pinned
+//   to one CPU, fib(35) and skynet(1e7) at 1 thread): fib 3 % faster (fastest runs
+//   10 %), skynet 6 % (3 %), same instruction count (callgrind +0.3 %).
+// * Free lists, one per 64-byte size class, for frames that do not fit in the stack
+//   (it is full: deep recursion, or long-lived frames pinning its top). A frame freed on
+//   another thread joins the freeing thread's list; each list is capped (k_cache_limit),
+//   so a producer/consumer pattern cannot grow one thread's cache without bound.
+//
+// The footer tells the two apart when a frame is freed away from its stack's top: 0 for
+// a free-list frame, else the frame's stacked size, with bit 0 set once freed.
+// A thread that exits gives its stack (with any frames still alive in it) to a global
+// list; the next thread that needs a stack adopts it, top and all. Stacks are never
+// returned to the system (one per thread that ever ran at the same time).
+//
+// The fast paths touch only a trivially initialised thread_local (no TLS wrapper call,
+// no atomic read-modify-write). Under a sanitizer both caches are bypassed so that
+// ASan/TSan see every allocation; the stack protocol itself (frame_stack below) is
+// exercised directly by tests/stress/frame_stack_stress.cpp, under TSan too.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <new>
@@ -31,12 +53,75 @@ inline constexpr std::uint32_t k_cache_limit = 4096;
 // keeps two frames from sharing a line.
 inline constexpr std::align_val_t k_frame_alignment{64};
 
+/// Bytes a frame of n bytes takes: the frame, its 8-byte footer, rounded up to 64.
+constexpr std::size_t stacked_size(std::size_t n) noexcept {
+  return (n + 8 + k_frame_granule - 1) / k_frame_granule * k_frame_granule;
+}
+
+/// The footer of the frame that ends at address `end` (its last 8 bytes).
+WEFT_INLINE std::atomic_ref<std::uint64_t> footer_ending_at(std::uintptr_t end) noexcept {
+  return std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(end - 8));
+}
+
+/// A frame stack's moving part: [m_top, m_end) is free. Both 0 when the thread has no
+/// stack. The stack's first 64 bytes are a header whose last 8 are a zero footer, so
+/// the lowest frame also has a readable "frame below" that is never marked freed.
+struct frame_stack {
+  std::uintptr_t m_top;
+  std::uintptr_t m_end;
+};
+
+inline constexpr std::size_t k_frame_stack_bytes = 256 * 1024;
+
+/// Makes `block` (`bytes` long, 64-aligned) an empty frame stack.
+inline void frame_stack_init(frame_stack& s, void* block, std::size_t bytes) noexcept {
+  const auto base = reinterpret_cast<std::uintptr_t>(block);
+  footer_ending_at(base + k_frame_granule).store(0, std::memory_order_relaxed);
+  s.m_top = base + k_frame_granule;
+  s.m_end = base + bytes;
+}
+
+/// Owner: a frame of `size` (= stacked_size(n)) bytes from stack `s`, or nullptr
+/// when it has no room.
+WEFT_INLINE void* frame_stack_push(frame_stack& s, std::size_t size) noexcept {
+  const std::uintptr_t top = s.m_top;
+  const std::uintptr_t next = top + size;
+  if (next > s.m_end) [[unlikely]] return nullptr;
+  s.m_top = next;
+  footer_ending_at(next).store(size, std::memory_order_relaxed);
+  return reinterpret_cast<void*>(top);
+}
+
+/// Owner, fast path: pops frame `p` (`size` bytes) if it is the top of `s` and the
+/// frame below it is not marked freed; else false and nothing changed.
+WEFT_INLINE bool frame_stack_pop(frame_stack& s, void* p, std::size_t size) noexcept {
+  const auto start = reinterpret_cast<std::uintptr_t>(p);
+  if (start + size != s.m_top) return false;
+  // acquire: pairs with frame_stack_release's marking store (its thread is done with it).
+  if ((footer_ending_at(start).load(std::memory_order_acquire) & 1) != 0) return false;
+  s.m_top = start;
+  return true;
+}
+
+/// Any thread, frame `p` (`size` bytes) is freed. Returns false when `p` is not a
+/// stack frame (its footer is 0: a free-list frame, the caller's business). Otherwise:
+/// when `s` (the calling thread's stack, or nullptr) has `p` on top, pops it and every
+/// frame below it already marked freed; else marks `p` freed for its stack's owner.
+bool frame_stack_release(frame_stack* s, void* p, std::size_t size) noexcept;
+
+/// Owner: pops the frames at the top of `s` that were marked freed (by another thread,
+/// or out of order). The allocator calls it when `s` is full: nothing else pops a top
+/// frame that its owner did not free itself.
+void frame_stack_trim(frame_stack& s) noexcept;
+
 struct frame_node {
   frame_node* m_next;
 };
 
-/// One thread's free lists. Trivial so that the thread_local needs no initialiser call.
+/// One thread's cache: its frame stack and its free lists. Trivial so that the
+/// thread_local needs no initialiser call.
 struct frame_cache {
+  frame_stack m_stack;
   frame_node* m_free[k_frame_classes];
   // Free slots left per class. Zero (the thread_local's initial value) until the thread
   // registered its exit flush at its first slow-path call, and again after that flush:
@@ -69,24 +154,17 @@ inline void* allocate_frame_slow_pm(std::size_t cls) { return allocate_frame_slo
 inline void release_frame_slow_pm(void* p, std::size_t cls) { release_frame_slow(p, cls); }
 #endif
 
-constexpr std::size_t frame_class(std::size_t n) noexcept {
-  return (n + k_frame_granule - 1) / k_frame_granule - 1;
-}
+/// Size class of a frame of n bytes (its stacked_size).
+constexpr std::size_t frame_class(std::size_t n) noexcept { return stacked_size(n) / k_frame_granule - 1; }
 
 /// Allocates a coroutine frame of n bytes. Thread-safe (per-thread state).
 WEFT_INLINE void* allocate_frame(std::size_t n) {
   if constexpr (WEFT_SANITIZED) {
     return ::operator new(n, k_frame_alignment);
   } else {
-    if (n > k_max_frame) return ::operator new(n, k_frame_alignment);
-    const std::size_t cls = frame_class(n);
-    frame_cache& c = t_frame_cache;
-    if (frame_node* f = c.m_free[cls]) [[likely]] {
-      c.m_free[cls] = f->m_next;
-      ++c.m_room[cls];
-      return f;
-    }
-    return allocate_frame_slow_pm(cls);
+    if (stacked_size(n) > k_max_frame) return ::operator new(n, k_frame_alignment);
+    if (void* p = frame_stack_push(t_frame_cache.m_stack, stacked_size(n))) [[likely]] return p;
+    return allocate_frame_slow_pm(frame_class(n));
   }
 }
 
@@ -95,20 +173,12 @@ WEFT_INLINE void deallocate_frame(void* p, std::size_t n) noexcept {
   if constexpr (WEFT_SANITIZED) {
     ::operator delete(p, k_frame_alignment);
   } else {
-    if (n > k_max_frame) {
+    if (stacked_size(n) > k_max_frame) {
       ::operator delete(p, k_frame_alignment);
       return;
     }
-    const std::size_t cls = frame_class(n);
-    frame_cache& c = t_frame_cache;
-    if (c.m_room[cls] == 0) [[unlikely]] {
-      release_frame_slow_pm(p, cls);
-      return;
-    }
-    auto* f = static_cast<frame_node*>(p);
-    f->m_next = c.m_free[cls];
-    c.m_free[cls] = f;
-    --c.m_room[cls];
+    if (frame_stack_pop(t_frame_cache.m_stack, p, stacked_size(n))) [[likely]] return;
+    release_frame_slow_pm(p, frame_class(n));
   }
 }
 
