@@ -210,6 +210,7 @@ struct listener_state {
   bool m_closing = false;
   std::deque<int> m_ready;          // accepted connections nobody waited for yet
   std::deque<uring_op*> m_waiters;  // accept() calls waiting, FIFO
+  loop_call m_close_call;           // tcp_listener::close hands the close to the loop
 };
 
 namespace {
@@ -231,9 +232,15 @@ void arm(listener_state& st) {
   st.m_armed = true;
 }
 
-void finalize(listener_state* st) {
+void close_fds(listener_state* st) {
   for (int fd : st->m_ready) ::close(fd);
+  st->m_ready.clear();
   ::close(st->m_fd);
+  st->m_fd = -1;
+}
+
+void finalize(listener_state* st) {
+  close_fds(st);
   delete st;
 }
 
@@ -290,24 +297,43 @@ bool start_accept(uring_op& op) {
 void close_listener(void* p) {
   auto* st = static_cast<listener_state*>(p);
   st->m_closing = true;
-  std::vector<uring_op*> failed(st->m_waiters.begin(), st->m_waiters.end());
-  st->m_waiters.clear();
-  if (st->m_armed) {
+  const bool armed = st->m_armed;
+  if (armed) {
     uring_impl& loop = *uring_impl::current();
     io_uring_sqe* s = loop.sqe();
     io_uring_prep_cancel64(s, reinterpret_cast<std::uintptr_t>(&st->m_accept), 0);
     io_uring_sqe_set_data64(s, k_ignore_data);
     ++loop.m_lingering;  // freed by the accept's last CQE (on_accept_cqe); the loop waits for it
   } else {
-    finalize(st);
+    close_fds(st);
   }
-  for (uring_op* w : failed) {
+  // The waiting accept() calls fail last (a resumed task may run right here), taken one
+  // at a time: nothing to allocate. The state outlives them: its last CQE (armed) or
+  // the delete below frees it.
+  while (!st->m_waiters.empty()) {
+    uring_op* const w = st->m_waiters.front();
+    st->m_waiters.pop_front();
     w->m_res = -ECANCELED;
     w->m_waiter.resume();
   }
+  if (!armed) delete st;
 }
 
-void cancel_fd_call(void* p) { uring_impl::current()->cancel_fd(static_cast<int>(reinterpret_cast<std::intptr_t>(p))); }
+/// tcp_stream::cancel from another thread: the queued call owns its node.
+struct fd_cancel {
+  loop_call m_call;
+  int m_fd = -1;
+  static void run(void* p) {
+    auto* self = static_cast<fd_cancel*>(p);
+    uring_impl::current()->cancel_fd(self->m_fd);
+    delete self;
+  }
+  static void discard(void* p) { delete static_cast<fd_cancel*>(p); }
+};
+
+/// A listener closed from another thread once the loop had ended: its close never ran,
+/// so the context's destruction releases it (no loop left, no waiter left to fail).
+void discard_listener(void* p) { finalize(static_cast<listener_state*>(p)); }
 
 }  // namespace
 
@@ -320,8 +346,13 @@ void uring_cancel::start(uring_context& ctx, uring_op& op) {
   m_reg.m_owner = this;
   op.m_on_cqe = &on_cqe;
   op.m_arg = this;
-  if (ctx.owns_current_thread()) begin(this);
-  else ctx.impl().post_call(&begin, this, true);  // new work: refused once destruction began
+  if (ctx.owns_current_thread()) {
+    begin(this);
+  } else {
+    m_begin_call.m_fn = &begin;
+    m_begin_call.m_arg = this;
+    ctx.impl().post_call(m_begin_call, true);  // new work: refused once destruction began
+  }
 }
 
 void uring_cancel::begin(void* p) {
@@ -341,7 +372,9 @@ void uring_cancel::begin(void* p) {
 void uring_cancel::on_cancel(cancel_registration* r) noexcept {
   auto* self = static_cast<uring_cancel*>(r->m_owner);
   // Always queued, even on the loop thread: this runs under the source's lock.
-  self->m_ctx->impl().post_call(&cancel_now, self);
+  self->m_cancel_call.m_fn = &cancel_now;
+  self->m_cancel_call.m_arg = self;
+  self->m_ctx->impl().post_call(self->m_cancel_call);
 }
 
 void uring_cancel::cancel_now(void* p) {
@@ -403,7 +436,16 @@ std::error_code tcp_stream::shutdown(int how) noexcept {
 
 void tcp_stream::cancel() {
   if (m_fd < 0) return;
-  m_ctx->invoke(&detail::cancel_fd_call, reinterpret_cast<void*>(static_cast<std::intptr_t>(m_fd)));
+  if (m_ctx->owns_current_thread()) {
+    detail::uring_impl::current()->cancel_fd(m_fd);
+    return;
+  }
+  auto* c = new detail::fd_cancel;  // std::bad_alloc leaves nothing queued
+  c->m_fd = m_fd;
+  c->m_call.m_fn = &detail::fd_cancel::run;
+  c->m_call.m_arg = c;
+  c->m_call.m_discard = &detail::fd_cancel::discard;
+  m_ctx->impl().post_call(c->m_call);
 }
 
 void tcp_stream::close() noexcept {
@@ -454,7 +496,11 @@ endpoint tcp_listener::local_endpoint() const noexcept {
 
 void tcp_listener::close() noexcept {
   if (m_state == nullptr) return;
-  m_ctx->invoke(&detail::close_listener, std::exchange(m_state, nullptr));
+  detail::listener_state* const st = std::exchange(m_state, nullptr);
+  st->m_close_call.m_fn = &detail::close_listener;
+  st->m_close_call.m_arg = st;
+  st->m_close_call.m_discard = &detail::discard_listener;
+  m_ctx->invoke(st->m_close_call);  // allocates nothing: cannot fail
 }
 
 }  // namespace weft::io

@@ -3,7 +3,8 @@
 // One thread owns the ring. Everything that touches the submission queue runs on it:
 // operations awaited by tasks of this context are prepared directly in their
 // await_suspend; operations awaited from other threads, cancels and closes are queued
-// as calls (m_calls, under m_mutex) and run at the start of the next loop turn.
+// as calls (m_calls, under m_mutex: an intrusive list of nodes the callers own, so a
+// close or a cancellation never needs memory) and run at the start of the next turn.
 //
 // A turn: take the queued calls and foreign-scheduled tasks -> run them -> run up to
 // k_budget ready tasks -> io_uring_submit_and_wait (one io_uring_enter: submits every
@@ -115,6 +116,12 @@ uring_impl::uring_impl(uring_context& owner, const uring_options& options)
 }
 
 uring_impl::~uring_impl() {
+  // Calls queued after the loop's last turn never run; let their owners free them.
+  for (loop_call* c = m_calls; c != nullptr;) {
+    loop_call* const next = c->m_next;
+    if (c->m_discard != nullptr) c->m_discard(c->m_arg);
+    c = next;
+  }
   ::close(m_eventfd);
   io_uring_queue_exit(&m_ring);
 }
@@ -180,10 +187,12 @@ void uring_impl::wake_if_sleeping(std::unique_lock<std::mutex>& lock) {
   [[maybe_unused]] const auto n = ::write(m_eventfd, &one, sizeof one);  // cannot fail short of EAGAIN at 2^64-2
 }
 
-void uring_impl::post_call(void (*fn)(void*), void* arg, bool new_work) {
+void uring_impl::post_call(loop_call& c, bool new_work) {
   std::unique_lock lock(m_mutex);
   if (new_work && m_stopping) throw shutdown_error("weft::io::uring_context: shutting down, no new operation accepted");
-  m_calls.emplace_back(fn, arg);
+  c.m_next = nullptr;
+  *m_calls_tail = &c;
+  m_calls_tail = &c.m_next;
   wake_if_sleeping(lock);
 }
 
@@ -270,20 +279,24 @@ void uring_impl::loop() {
       std::fprintf(stderr, "weft::io::uring_context: enabling the ring failed: %s\n", std::strerror(errno));
   }
   arm_wake();
-  std::vector<std::pair<void (*)(void*), void*>> calls;
   std::vector<std::pair<void*, unsigned>> ready;
   for (;;) {
     bool stopping = false;
+    loop_call* calls = nullptr;
     {
       std::lock_guard lock(m_mutex);
-      calls.swap(m_calls);
+      calls = std::exchange(m_calls, nullptr);
+      m_calls_tail = &m_calls;
       ready.swap(m_foreign_ready);
       stopping = m_stopping;
     }
     for (const auto& [h, prio] : ready) m_ready[prio].push_back(h);
-    for (const auto& [fn, arg] : calls) fn(arg);
-    const bool had_calls = !calls.empty();
-    calls.clear();
+    const bool had_calls = calls != nullptr;
+    while (calls != nullptr) {
+      loop_call* const c = calls;
+      calls = c->m_next;  // read first: the call may free its node
+      c->m_fn(c->m_arg);
+    }
     ready.clear();
 
     const bool busy = run_ready();
@@ -293,7 +306,7 @@ void uring_impl::loop() {
     unsigned wait = 0;
     if (!busy) {
       std::lock_guard lock(m_mutex);
-      if (m_calls.empty() && m_foreign_ready.empty() && (!m_stopping || m_lingering != 0)) {
+      if (m_calls == nullptr && m_foreign_ready.empty() && (!m_stopping || m_lingering != 0)) {
         m_sleeping = true;
         wait = 1;
       }
@@ -348,15 +361,17 @@ bool uring_context::submit(detail::uring_op& op) {
     m_impl->prepare(op);
     return true;
   }
-  m_impl->post_call(&detail::uring_impl::start_foreign, &op, true);
+  op.m_call.m_fn = &detail::uring_impl::start_foreign;
+  op.m_call.m_arg = &op;
+  m_impl->post_call(op.m_call, true);
   return true;
 }
 
-void uring_context::invoke(void (*fn)(void*), void* arg) {
+void uring_context::invoke(detail::loop_call& c) noexcept {
   if (owns_current_thread()) {
-    fn(arg);
+    c.m_fn(c.m_arg);
   } else {
-    m_impl->post_call(fn, arg);
+    m_impl->post_call(c);
   }
 }
 

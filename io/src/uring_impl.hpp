@@ -44,8 +44,9 @@ class uring_impl {
   // ---- any thread --------------------------------------------------------------------------
   // `new_work`: an operation a task starts from another thread; refused with
   // shutdown_error once destruction began (what would finish it is going away).
-  // Otherwise (close, cancel) the call is queued and runs if the loop still does.
-  void post_call(void (*fn)(void*), void* arg, bool new_work = false);
+  // Otherwise (close, cancel) the call is queued and runs if the loop still does, and
+  // this never throws. `c` must live until the call ran (see loop_call).
+  void post_call(loop_call& c, bool new_work = false);
   void post_ready(std::coroutine_handle<> h, unsigned prio);
   void stop();
 
@@ -71,7 +72,8 @@ class uring_impl {
   std::vector<std::deque<void*>> m_ready;  // loop thread: one queue per priority
 
   std::mutex m_mutex;  // guards the members below
-  std::vector<std::pair<void (*)(void*), void*>> m_calls;
+  loop_call* m_calls = nullptr;                 // queued calls, oldest first
+  loop_call** m_calls_tail = &m_calls;          // where the next one is linked
   std::vector<std::pair<void*, unsigned>> m_foreign_ready;
   bool m_sleeping = false;  // the loop waits in io_uring_enter: wake it through the eventfd
   bool m_stopping = false;

@@ -267,6 +267,8 @@ class uring_cancel {
   cancel_registration m_reg;
   uring_context* m_ctx = nullptr;
   uring_op* m_op = nullptr;
+  detail::loop_call m_begin_call;   // begin, when started off the loop thread
+  detail::loop_call m_cancel_call;  // cancel_now (the source fired)
   bool m_registered = false;
   bool m_main_done = false;
 };

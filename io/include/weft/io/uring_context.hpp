@@ -51,6 +51,19 @@ enum class op_kind : std::uint8_t {
   timeout,  // sleep: m_ts relative, or absolute on CLOCK_MONOTONIC when m_abs
 };
 
+/// A call handed to the loop thread (uring_impl::post_call): fn(arg) runs there at the
+/// start of the next loop turn. The caller owns the node and keeps it alive until the
+/// call ran (it may free it from inside the call); queueing it allocates nothing, so
+/// posting never fails for lack of memory.
+struct loop_call {
+  void (*m_fn)(void*) = nullptr;
+  void* m_arg = nullptr;
+  // Optional: called with m_arg instead of m_fn when the context is destroyed with the
+  // call still queued (the loop had ended), to free a node the call would have freed.
+  void (*m_discard)(void*) = nullptr;
+  loop_call* m_next = nullptr;  // the queue's link (loop's mutex)
+};
+
 /// One operation in flight. Lives in the awaiting coroutine's frame until its task is
 /// resumed. Its fields are written by the awaiting thread before submission and by
 /// the loop thread afterwards; the submission hand-off orders the two.
@@ -72,6 +85,7 @@ struct uring_op {
   bool (*m_on_cqe)(uring_op&, int res, unsigned flags) = nullptr;
   void* m_arg = nullptr;        // for m_start / m_on_cqe
   waiter m_waiter;
+  loop_call m_call;             // submitted from another thread: the hand-off to the loop
 };
 
 class uring_impl;
@@ -88,8 +102,9 @@ class uring_impl;
 /// operation from a task elsewhere: shutdown_error from the co_await), runs the tasks
 /// already queued, then stops the loop and joins the thread. Operations still in
 /// flight are abandoned (their tasks never resume): finish them, and destroy every
-/// socket of this context, first (a close() from another thread after the loop
-/// stopped is not carried out). Destroying it from its own thread aborts.
+/// socket of this context, first (a listener closed from another thread after the
+/// loop stopped is released only when the destructor ends). Destroying it from its
+/// own thread aborts.
 /// Thread-safe.
 class uring_context final : public executor {
  public:
@@ -120,8 +135,9 @@ class uring_context final : public executor {
   /// right there (custom ops): then false is returned and the caller must not suspend.
   /// From another thread it is handed to the loop and true is returned.
   bool submit(detail::uring_op& op);
-  /// Not API: runs fn(arg) on the loop thread (now, when called there). Thread-safe.
-  void invoke(void (*fn)(void*), void* arg);
+  /// Not API: runs c.m_fn(c.m_arg) on the loop thread (now, when called there; else
+  /// `c` is queued and must live until the call ran). Thread-safe; allocates nothing.
+  void invoke(detail::loop_call& c) noexcept;
   /// Not API: the loop's state (io/src); its post_call is thread-safe, the rest is for the loop thread.
   detail::uring_impl& impl() noexcept { return *m_impl; }
 
