@@ -5,7 +5,6 @@
 
 #include <mutex>
 #include <new>
-#include <vector>
 
 namespace weft::detail {
 
@@ -14,11 +13,18 @@ constinit thread_local frame_cache t_frame_cache{};
 namespace {
 
 /// Stacks of threads that exited, with whatever frames are still alive in them; a new
-/// thread adopts one before making a new stack. Never destroyed: threads may exit (and
-/// frames be freed) during static destruction.
+/// thread adopts one before making a new stack. Linked through the stacks' own headers
+/// (their first 64 bytes, below the sentinel footer), so handing one on needs no
+/// memory. Never destroyed: threads may exit (and frames be freed) during static
+/// destruction.
+struct orphan_header {
+  std::uintptr_t m_top;  // the stack's top when its thread exited
+  orphan_header* m_next;
+};
+static_assert(sizeof(orphan_header) <= k_frame_granule - 8, "must stay below the header's sentinel footer");
 struct orphan_stacks {
   std::mutex m_mutex;
-  std::vector<frame_stack> m_stacks;
+  orphan_header* m_head = nullptr;
 };
 orphan_stacks& orphans() {
   static orphan_stacks* const list = new orphan_stacks;
@@ -34,14 +40,12 @@ struct cache_flush {
     const frame_stack s = c.m_stack;
     c.m_stack = {};  // frees of its frames now mark them, like any other thread's
     if (s.m_end != 0) {
-      try {
-        orphan_stacks& o = orphans();
-        std::lock_guard lock(o.m_mutex);
-        o.m_stacks.push_back(s);
-      } catch (...) {
-        // Out of memory recording it: the stack stays unused (and is not freed, as
-        // frames in it may be alive).
-      }
+      auto* h = reinterpret_cast<orphan_header*>(s.m_end - k_frame_stack_bytes);
+      h->m_top = s.m_top;
+      orphan_stacks& o = orphans();
+      std::lock_guard lock(o.m_mutex);
+      h->m_next = o.m_head;
+      o.m_head = h;
     }
     for (std::size_t cls = 0; cls < k_frame_classes; ++cls) {
       while (frame_node* f = c.m_free[cls]) {
@@ -63,9 +67,10 @@ void register_thread() noexcept {
   {
     orphan_stacks& o = orphans();
     std::lock_guard lock(o.m_mutex);
-    if (!o.m_stacks.empty()) {
-      c.m_stack = o.m_stacks.back();
-      o.m_stacks.pop_back();
+    if (orphan_header* h = o.m_head) {
+      o.m_head = h->m_next;
+      c.m_stack.m_top = h->m_top;
+      c.m_stack.m_end = reinterpret_cast<std::uintptr_t>(h) + k_frame_stack_bytes;
       return;
     }
   }
