@@ -96,14 +96,15 @@ weft::task<int> nqueens_fj(int n, int row, board b) {
   // clang-19 kept the board in the frame: 25 % more instructions in `fits`).
   std::array<char, k_max_n> cols;
   const int k = fitting_columns(n, row, b, cols);
-  std::array<weft::fork_handle<int>, k_max_n> children;
-  for (int i = 0; i < k; ++i) {
-    b[row] = cols[i];
-    children[i] = weft::spawn(nqueens_fj(n, row + 1, b)).fork();
-  }
-  // Newest first: each join finds its child at the bottom of this worker's deque.
+  // Up to n children, no heap: k - 1 queued in one push, the last run inline, one join
+  // for all (weft/spawn_many.hpp). Each child gets its own copy of the board.
   int total = 0;
-  for (int i = k; i-- > 0;) total += co_await children[i];
+  for (int v : co_await weft::spawn_many<k_max_n>(static_cast<std::size_t>(k), [&](std::size_t i) {
+         board child = b;
+         child[row] = cols[i];
+         return nqueens_fj(n, row + 1, child);
+       }))
+    total += v;
   co_return total;
 }
 

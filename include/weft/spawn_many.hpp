@@ -7,10 +7,12 @@
 #include <iterator>
 #include <ranges>
 #include <span>
+#include <stdexcept>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "weft/bounded_vector.hpp"
 #include "weft/detail/bulk.hpp"
 #include "weft/task.hpp"
 
@@ -30,6 +32,11 @@ template <class T, class Storage>
 class [[nodiscard]] bulk_join_op {
  public:
   explicit bulk_join_op(Storage ts) noexcept : m_ts(std::move(ts)) {}
+  /// Makes the tasks in place: fill(m_ts) (no move of the storage afterwards).
+  template <class Fill>
+  bulk_join_op(std::in_place_t, Fill&& fill) {
+    fill(m_ts);
+  }
 
   /// Checks the tasks (std::logic_error for an empty one, before anything runs); ready
   /// at once when there are none.
@@ -147,6 +154,21 @@ auto spawn_many(std::size_t n, F&& gen) {
   ts.reserve(n);
   for (std::size_t i = 0; i < n; ++i) ts.push_back(std::invoke(gen, i));
   return detail::bulk_join_op<T, std::vector<task<T>>>(std::move(ts));
+}
+
+/// Bounded count + generator overload: the n tasks gen(0), ..., gen(n - 1), n <= N,
+/// into a weft::bounded_vector<T, N> (no heap allocation: for a count known only at
+/// run time but bounded, as the children of a search node). Throws std::length_error
+/// when n > N (no task made). Otherwise as the fixed-count generator form.
+/// `co_await weft::spawn_many<14>(k, [&](std::size_t i) { return child(i); })`
+template <std::size_t N, class F>
+  requires std::invocable<F&, std::size_t> && detail::is_task<std::invoke_result_t<F&, std::size_t>>::value
+auto spawn_many(std::size_t n, F&& gen) {
+  using T = typename std::invoke_result_t<F&, std::size_t>::value_type;
+  if (n > N) [[unlikely]] throw std::length_error("weft::spawn_many<N>(n, gen): n is greater than N");
+  return detail::bulk_join_op<T, bounded_vector<task<T>, N>>(std::in_place, [&](bounded_vector<task<T>, N>& ts) {
+    for (std::size_t i = 0; i < n; ++i) ts.emplace_back(std::invoke(gen, i));
+  });
 }
 
 }  // namespace weft

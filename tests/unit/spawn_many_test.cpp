@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <list>
+#include <memory>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -180,6 +181,154 @@ TEMPLATE_LIST_TEST_CASE("spawn_many: results in input order, for every overload"
       co_return ok;
     }());
     CHECK(r == 10);
+  }
+}
+
+namespace {
+
+// 0..4 children for node `id`, pseudo-random.
+std::size_t fan_out(std::uint32_t id) { return ((id * 2654435761u) >> 28) % 5; }
+
+// Counts the nodes of a tree whose node `id` has fan_out(id) children, down to `depth`,
+// with the bounded generator form; `seen` counts the nodes that ran.
+weft::task<long> bounded_tree(std::uint32_t id, int depth, std::atomic<long>& seen) {
+  seen.fetch_add(1, std::memory_order_relaxed);
+  if (depth == 0) co_return 1;
+  const std::size_t k = fan_out(id);
+  long nodes = 1;
+  for (long c : co_await weft::spawn_many<4>(k, [&](std::size_t i) {
+         return bounded_tree(id * 7 + static_cast<std::uint32_t>(i) + 1, depth - 1, seen);
+       }))
+    nodes += c;
+  co_return nodes;
+}
+
+long bounded_tree_seq(std::uint32_t id, int depth) {
+  if (depth == 0) return 1;
+  long nodes = 1;
+  for (std::uint32_t i = 0; i < fan_out(id); ++i) nodes += bounded_tree_seq(id * 7 + i + 1, depth - 1);
+  return nodes;
+}
+
+}  // namespace
+
+TEMPLATE_LIST_TEST_CASE("spawn_many<N>(n, gen): up to N children, no heap", "[spawn_many]",
+                        weft_test::all_executors) {
+  auto pool = TestType::make();
+  std::atomic<int> ran{0};
+
+  SECTION("results in index order in a bounded_vector, gen called in index order") {
+    for (std::size_t n : {std::size_t{1}, std::size_t{2}, std::size_t{7}, std::size_t{8}}) {
+      auto r = weft::sync_wait(pool, [](std::size_t count) -> weft::task<bool> {
+        std::vector<std::size_t> calls;
+        weft::bounded_vector<int, 8> v = co_await weft::spawn_many<8>(count, [&calls](std::size_t i) {
+          calls.push_back(i);
+          return square(static_cast<int>(i));
+        });
+        const auto want = expected_squares(static_cast<int>(count));
+        std::vector<std::size_t> want_calls(count);
+        std::iota(want_calls.begin(), want_calls.end(), std::size_t{0});
+        co_return std::vector<int>(v.begin(), v.end()) == want && calls == want_calls;
+      }(n));
+      CHECK(r);
+    }
+  }
+  SECTION("n = 0: empty, gen never called") {
+    auto r = weft::sync_wait(pool, []() -> weft::task<bool> {
+      bool called = false;
+      auto v = co_await weft::spawn_many<3>(0, [&called](std::size_t) {
+        called = true;
+        return square(1);
+      });
+      co_return v.empty() && !called;
+    }());
+    CHECK(r);
+  }
+  SECTION("n > N: std::length_error, gen never called") {
+    auto r = weft::sync_wait(pool, []() -> weft::task<bool> {
+      bool called = false;
+      try {
+        (void)co_await weft::spawn_many<3>(4, [&called](std::size_t) {
+          called = true;
+          return square(1);
+        });
+      } catch (const std::length_error&) {
+        co_return !called;
+      }
+      co_return false;
+    }());
+    CHECK(r);
+  }
+  SECTION("void children all run") {
+    std::atomic<std::size_t> n{0};
+    std::atomic<int> live{0};
+    weft::sync_wait(pool, [](std::atomic<std::size_t>& count, std::atomic<int>& alive) -> weft::task<void> {
+      co_await weft::spawn_many<16>(13, [&](std::size_t) { return weft_test::count_run(count, weft_test::tracker{alive}); });
+    }(n, live));
+    CHECK(n == 13);
+    CHECK(live == 0);
+  }
+  SECTION("move-only results") {
+    auto r = weft::sync_wait(pool, []() -> weft::task<bool> {
+      auto v = co_await weft::spawn_many<6>(5, [](std::size_t i) -> weft::task<std::unique_ptr<int>> {
+        co_return std::make_unique<int>(static_cast<int>(i));
+      });
+      bool ok = v.size() == 5;
+      for (std::size_t i = 0; i < v.size(); ++i) ok = ok && v[i] && *v[i] == static_cast<int>(i);
+      co_return ok;
+    }());
+    CHECK(r);
+  }
+  SECTION("children's exceptions: the lowest index wins, after all finished") {
+    CHECK_THROWS_WITH(weft::sync_wait(pool, [](std::atomic<int>& runs) -> weft::task<int> {
+                        auto v = co_await weft::spawn_many<10>(9, [&runs](std::size_t i) {
+                          return maybe_throws(static_cast<int>(i), i == 5 || i == 8, runs);
+                        });
+                        co_return static_cast<int>(v.size());
+                      }(ran)),
+                      "child 5");
+    CHECK(ran == 9);
+  }
+  SECTION("gen throws: nothing runs, the tasks made so far are freed") {
+    std::atomic<int> live{0};
+    auto r = weft::sync_wait(pool, [](std::atomic<int>& runs, std::atomic<int>& alive) -> weft::task<bool> {
+      try {
+        (void)co_await weft::spawn_many<8>(6, [&](std::size_t i) {
+          if (i == 4) throw std::runtime_error("gen failed");
+          return [](weft_test::tracker, std::atomic<int>& n) -> weft::task<int> {
+            n.fetch_add(1, std::memory_order_relaxed);
+            co_return 0;
+          }(weft_test::tracker{alive}, runs);
+        });
+      } catch (const std::runtime_error& e) {
+        co_return std::string(e.what()) == "gen failed";
+      }
+      co_return false;
+    }(ran, live));
+    CHECK(r);
+    CHECK(ran == 0);
+    CHECK(live == 0);
+  }
+  SECTION("gen returns an empty task: std::logic_error before anything runs") {
+    auto r = weft::sync_wait(pool, [](std::atomic<int>& runs) -> weft::task<bool> {
+      try {
+        (void)co_await weft::spawn_many<4>(3, [&runs](std::size_t i) {
+          return i == 2 ? weft::task<int>{} : maybe_throws(static_cast<int>(i), false, runs);
+        });
+      } catch (const std::logic_error&) {
+        co_return true;
+      }
+      co_return false;
+    }(ran));
+    CHECK(r);
+    CHECK(ran == 0);
+  }
+  SECTION("a recursive search with 0..4 children per node") {
+    std::atomic<long> seen{0};
+    const long nodes = weft::sync_wait(pool, bounded_tree(3, 14, seen));
+    CHECK(nodes == bounded_tree_seq(3, 14));
+    CHECK(nodes == 39'077);
+    CHECK(seen == nodes);
   }
 }
 

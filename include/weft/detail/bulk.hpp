@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "weft/bounded_vector.hpp"
 #include "weft/detail/fork.hpp"
 #include "weft/task.hpp"
 
@@ -105,6 +106,20 @@ auto collect(std::array<task<T>, N>& ts) {
       return std::array<T, N>{ts[I].handle().promise().m_result.take()...};  // in order
     }(std::make_index_sequence<N>{});
   }
+}
+
+template <class T, std::size_t N>
+  requires std::is_void_v<T>
+void collect(bounded_vector<task<T>, N>& ts) {
+  rethrow_first_error(ts);
+}
+
+template <class T, std::size_t N>
+  requires(!std::is_void_v<T>)
+bounded_vector<T, N> collect(bounded_vector<task<T>, N>& ts) {
+  bounded_vector<T, N> out;  // one return statement: constructed in the caller's object
+  for (auto& t : ts) out.emplace_back(t.handle().promise().m_result.take());  // in order
+  return out;
 }
 
 }  // namespace weft::detail
