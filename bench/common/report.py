@@ -164,7 +164,7 @@ def write_json(path, root, cxx, args, records):
         "compiler": {"path": cxx, "version": version.splitlines()[0] if version else "unknown"},
         "git": {"commit": command_output(["git", "rev-parse", "HEAD"], root) or "none",
                 "dirty": bool(command_output(["git", "status", "--porcelain"], root))},
-        "options": {"quick": args.quick, "sweep": args.sweep, "runs": args.runs,
+        "options": {"quick": args.quick, "sweep": args.sweep, "runs": args.runs, "rounds": args.rounds,
                     "timeout_s": args.timeout, "build_dir": str(args.build_dir)},
         "env": {k: v for k, v in os.environ.items() if k.startswith(("OMP_", "KMP_", "TBB_", "WEFT_"))},
         "results": records,

@@ -67,6 +67,11 @@ def parse_args(argv):
     p.add_argument("--quick", action="store_true", help="small sizes, the whole run under a minute")
     p.add_argument("--sweep", action="store_true", help="every thread count 1..nproc (default: 1 and nproc)")
     p.add_argument("--runs", type=int, default=3, help="timed runs per binary x flavor x threads (default 3)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="invoke every binary x flavor x threads of a workload this many times, in turn "
+                        "(round 1 of every row, then round 2, ...), and pool the runs: on a machine "
+                        "whose speed drifts, every row then samples the same stretch of time "
+                        "(default 1)")
     p.add_argument("--only", action="append", choices=[w.name for w in WORKLOADS], metavar="WORKLOAD",
                    help="run only this workload (repeatable): " + ", ".join(w.name for w in WORKLOADS))
     p.add_argument("--flavor", action="append", metavar="FLAVOR",
@@ -90,6 +95,8 @@ def parse_args(argv):
             p.error(f"no such results file: {f}")
     if args.runs < 1:
         p.error("--runs must be >= 1")
+    if args.rounds < 1:
+        p.error("--rounds must be >= 1")
     if args.timeout is None:
         args.timeout = 60.0 if args.quick else 1200.0
     return args
@@ -262,6 +269,26 @@ def run_one(args, w, flavor, threads):
     return rec
 
 
+def merge_rounds(recs):
+    """One record from the rounds of one binary x flavor x threads: the runs and metrics
+    pooled; the first failed round's record if any failed; FAIL if the answers differ."""
+    bad = next((r for r in recs if r["status"] != "ok"), None)
+    if len(recs) == 1 or bad is not None:
+        return bad or recs[0]
+    rec = dict(recs[-1])  # stdout (the binary's own table, if any): the last round's
+    rec["runs"] = [run for r in recs for run in r["runs"]]
+    rec["metrics"] = {}
+    for r in recs:
+        for key, values in r.get("metrics", {}).items():
+            rec["metrics"].setdefault(key, []).extend(values)
+    rec["wall_s"] = round(sum(r.get("wall_s", 0) for r in recs), 3)
+    rec["rounds"] = len(recs)
+    if len({r["output"] for r in recs}) > 1:
+        rec["status"] = "FAIL"
+        rec["reason"] = "the answer differs between rounds: " + ", ".join(sorted({str(r["output"]) for r in recs}))
+    return rec
+
+
 class Progress:
     """One status line on stderr: what runs now, n of m, elapsed."""
 
@@ -294,21 +321,28 @@ def main(argv):
     cxx = cxx or cmake_cached_compiler(args.build_dir) or os.environ.get("CXX") or "clang++-19"
 
     jobs, notes = plan(args, workloads)
-    progress = Progress(len(jobs))
-    records = []
-    for n, (w, flavor, threads) in enumerate(jobs, 1):
-        progress.show(n, f"{w.name} --flavor {flavor} --threads {threads} "
-                         f"--size {w.quick_size if args.quick else w.size} ({args.runs} runs)")
-        records.append(run_one(args, w, flavor, threads))
+    progress = Progress(len(jobs) * args.rounds)
+    records, n = [], 0
+    for w in workloads:  # the rounds of one workload's rows alternate (see --rounds)
+        mine = [job for job in jobs if job[0] is w]
+        rounds = [[] for _ in mine]
+        for r in range(args.rounds):
+            for i, (_, flavor, threads) in enumerate(mine):
+                n += 1
+                progress.show(n, f"{w.name} --flavor {flavor} --threads {threads} "
+                                 f"--size {w.quick_size if args.quick else w.size} ({args.runs} runs"
+                                 + (f", round {r + 1} of {args.rounds})" if args.rounds > 1 else ")"))
+                rounds[i].append(run_one(args, w, flavor, threads))
+        records += [merge_rounds(recs) for recs in rounds]
     progress.done()
 
-    print(report.tables(workloads, records, args.runs, notes))
+    print(report.tables(workloads, records, args.runs * args.rounds, notes))
     args.results.mkdir(parents=True, exist_ok=True)
     report.write_json(args.results / "latest.json", ROOT, cxx, args, records)
     for w in workloads:
         writer = report.write_sweep_svg if args.sweep and not w.metrics else report.write_svg
         writer(args.results / f"{w.name}.svg", w, [r for r in records if r["workload"] == w.name],
-                         args.runs)
+                         args.runs * args.rounds)
     print(f"results: {args.results / 'latest.json'} and {len(workloads)} SVG chart(s)")
     regressions = 0
     if args.compare:
