@@ -29,16 +29,22 @@ class bounded_vector {
 
   /// An empty vector.
   bounded_vector() noexcept {}
-  /// Copies `o`'s elements.
-  bounded_vector(const bounded_vector& o) requires std::is_copy_constructible_v<T> {
+  // The copy and move constructors delegate to the default one: if an element's
+  // constructor throws half-way, the object counts as constructed and its destructor
+  // destroys the elements already copied.
+  /// Copies `o`'s elements. If a copy throws, nothing is left behind (the copies made
+  /// so far are destroyed) and the exception propagates.
+  bounded_vector(const bounded_vector& o) requires std::is_copy_constructible_v<T> : bounded_vector() {
     for (const T& v : o) emplace_back(v);
   }
-  /// Moves `o`'s elements over; `o` keeps its size, its elements moved from.
+  /// Moves `o`'s elements over; `o` keeps its size, its elements moved from. A throwing
+  /// move behaves as a throwing copy above.
   bounded_vector(bounded_vector&& o) noexcept(std::is_nothrow_move_constructible_v<T>)
-    requires std::is_move_constructible_v<T> {
+    requires std::is_move_constructible_v<T> : bounded_vector() {
     for (T& v : o) emplace_back(std::move(v));
   }
-  /// Destroys the elements, then copies `o`'s.
+  /// Destroys the elements, then copies `o`'s. If a copy throws, the vector keeps the
+  /// copies made so far (basic guarantee).
   bounded_vector& operator=(const bounded_vector& o) requires std::is_copy_constructible_v<T> {
     if (this != &o) {
       clear();
@@ -46,7 +52,8 @@ class bounded_vector {
     }
     return *this;
   }
-  /// Destroys the elements, then moves `o`'s over (`o` keeps its size).
+  /// Destroys the elements, then moves `o`'s over (`o` keeps its size); a throwing
+  /// move leaves what was moved so far (basic guarantee).
   bounded_vector& operator=(bounded_vector&& o) noexcept(std::is_nothrow_move_constructible_v<T>)
     requires std::is_move_constructible_v<T> {
     if (this != &o) {

@@ -29,6 +29,19 @@ struct logged {
   }
 };
 
+// Counts live objects; its copy constructor throws once `copies_left` reaches zero.
+struct fragile {
+  static inline int live = 0;
+  static inline int copies_left = 0;
+  fragile() { ++live; }
+  fragile(const fragile&) {
+    if (copies_left-- <= 0) throw std::runtime_error("copy failed");
+    ++live;
+  }
+  fragile& operator=(const fragile&) = default;
+  ~fragile() { --live; }
+};
+
 }  // namespace
 
 TEST_CASE("bounded_vector: starts empty, capacity N, stores inline", "[bounded_vector]") {
@@ -157,4 +170,23 @@ TEST_CASE("bounded_vector: copies and moves", "[bounded_vector]") {
     std::sort(log.begin(), log.end());
     CHECK(log == std::vector<int>{1, 1, 2, 2});
   }
+}
+
+TEST_CASE("bounded_vector: a copy that throws half-way leaves nothing behind", "[bounded_vector]") {
+  using fragile4 = weft::bounded_vector<fragile, 4>;
+  {
+    fragile4 a;
+    for (int i = 0; i < 4; ++i) a.emplace_back();
+    REQUIRE(fragile::live == 4);
+    fragile::copies_left = 2;  // the third copy throws
+    CHECK_THROWS_AS(fragile4(a), std::runtime_error);
+    CHECK(fragile::live == 4);  // the two copies made were destroyed
+    fragile4 b;
+    b.emplace_back();
+    fragile::copies_left = 1;
+    CHECK_THROWS_AS(b = a, std::runtime_error);
+    CHECK(b.size() == 1);  // basic guarantee: the copies made so far
+    CHECK(fragile::live == 5);
+  }
+  CHECK(fragile::live == 0);
 }
