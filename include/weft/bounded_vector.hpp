@@ -2,6 +2,8 @@
 // stored inline (no heap), what spawn_many<N>(n, gen) evaluates to.
 #pragma once
 
+#include <algorithm>
+#include <concepts>
 #include <cstddef>
 #include <memory>
 #include <stdexcept>
@@ -125,6 +127,12 @@ class bounded_vector {
   void push_back(T&& v) { emplace_back(std::move(v)); }
   /// Destroys the last element (not empty(), unchecked).
   void pop_back() noexcept { std::destroy_at(data() + --m_size); }
+  /// Same size and equal elements, in order.
+  friend bool operator==(const bounded_vector& a, const bounded_vector& b)
+    requires std::equality_comparable<T> {
+    return std::equal(a.begin(), a.end(), b.begin(), b.end());
+  }
+
   /// Destroys every element, last first (as an array's elements are destroyed; for
   /// tasks, the frames are then freed newest first, the frame allocator's fast order).
   void clear() noexcept {

@@ -78,6 +78,13 @@ TEST_CASE("bounded_vector: elements in insertion order, accessors", "[bounded_ve
   v.pop_back();
   CHECK(v.size() == 2);
   CHECK(v.back() == "b");
+
+  weft::bounded_vector<std::string, 3> w(v);
+  CHECK(v == w);
+  w.pop_back();
+  CHECK(v != w);  // shorter
+  w.emplace_back(1, 'c');
+  CHECK(v != w);  // same size, one element differs
 }
 
 TEST_CASE("bounded_vector: bad input throws and changes nothing", "[bounded_vector]") {
