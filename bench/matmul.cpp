@@ -97,13 +97,18 @@ weft::task<void> matmul_fj(product p) {
   }
   for (int k = 0; k < 2; ++k) {
     const auto qs = phase(p, k);
-    auto h0 = weft::spawn(matmul_fj(qs[0])).fork();
-    auto h1 = weft::spawn(matmul_fj(qs[1])).fork();
+    // Forked last to first, so that the inline child is quarter 0 and the joins (newest
+    // first) run 1, 2, 3: on one thread the products come in seq's order, ascending in
+    // memory. In the opposite order (fork 0, 1, 2, run 3, join 2, 1, 0) every level
+    // walks its quarters downwards: 7-16 % slower at N = 2048 here (medians of 9-15
+    // alternated runs, 1 and 2 threads).
+    auto h3 = weft::spawn(matmul_fj(qs[3])).fork();
     auto h2 = weft::spawn(matmul_fj(qs[2])).fork();
-    co_await matmul_fj(qs[3]);
-    co_await h2;
+    auto h1 = weft::spawn(matmul_fj(qs[1])).fork();
+    co_await matmul_fj(qs[0]);
     co_await h1;
-    co_await h0;
+    co_await h2;
+    co_await h3;
   }
 }
 
