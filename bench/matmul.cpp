@@ -71,9 +71,9 @@ void matmul_tbb(const product& p) {
   if (p.n <= k_base) return multiply_block(p.a, p.b, p.c, p.n, p.stride);
   for (int k = 0; k < 2; ++k) {
     const auto qs = phase(p, k);
-    tbb::task_group g;
-    for (int q = 0; q < 3; ++q) g.run([&qs, q] { matmul_tbb(qs[q]); });
-    g.run_and_wait([&qs] { matmul_tbb(qs[3]); });
+    tbb::task_group g;  // 3, 2, 1 queued, 0 run here: seq's order on one thread (see matmul_fj)
+    for (int q = 3; q > 0; --q) g.run([&qs, q] { matmul_tbb(qs[q]); });
+    g.run_and_wait([&qs] { matmul_tbb(qs[0]); });
   }
 }
 
@@ -81,11 +81,11 @@ void matmul_omp(const product& p) {
   if (p.n <= k_base) return multiply_block(p.a, p.b, p.c, p.n, p.stride);
   for (int k = 0; k < 2; ++k) {
     const auto qs = phase(p, k);
-    for (int q = 0; q < 3; ++q) {
+    for (int q = 3; q > 0; --q) {  // as matmul_tbb
 #pragma omp task shared(qs)
       matmul_omp(qs[q]);
     }
-    matmul_omp(qs[3]);
+    matmul_omp(qs[0]);
 #pragma omp taskwait
   }
 }
