@@ -1,34 +1,42 @@
 // weft/channel.hpp: weft::channel<T>, a multi-producer multi-consumer queue between
 // tasks (on any weft executor) and plain threads.
 //
-// Protocol. One short lock (detail::spin_lock) guards the element store, the FIFO of
-// suspended consumers, the FIFO of suspended producers (bounded channels) and the
-// closed flag. Every operation takes it once on its fast path, so there is exactly one
-// linearization point per operation and exactly-once delivery follows from it:
+// Protocol. Two short locks (detail::spin_lock): the producers' lock guards the push
+// end of the element store (detail/segment_queue.hpp), the FIFO of suspended consumers
+// and the closed flag; the consumers' lock guards the pull end and the FIFO of suspended
+// producers (bounded channels). A push takes only the producers' lock and a pull only
+// the consumers' lock on their fast paths, so one producer and one consumer on two
+// threads do not share a lock; whoever needs both takes the consumers' lock first. Each
+// operation has one linearization point, inside its lock, and exactly-once delivery
+// follows:
 //   - invariant: consumers wait only while the store is empty; producers wait only
 //     while it holds `capacity` elements; both lists are FIFO;
-//   - push: closed -> rejected (false); a consumer waits -> the element is handed to
-//     the oldest one directly (it never finds the channel empty again after waking);
-//     room -> stored; else -> try_push says full, push() parks the producer;
-//   - pull: an element -> taken, and if a producer waits, its element takes the freed
-//     place (it resumes with true); closed -> end (nullopt); else park the consumer;
-//   - close: sets the flag once; waiting consumers get nullopt (the store is empty
-//     whenever one waits); waiting producers get false: their push never happened.
+//   - push (producers' lock): closed -> rejected (false); a consumer waits -> the
+//     element is handed to the oldest one directly (it never finds the channel empty
+//     again after waking); room -> stored; else -> try_push says full, push() parks the
+//     producer, after taking both locks and checking again;
+//   - pull (consumers' lock): an element -> taken; if a producer waits, the producers'
+//     lock is taken too before the place is freed, and the producer's element takes it
+//     (it resumes with true), so no later push overtakes a waiting one; empty and
+//     closed -> end (nullopt); empty and open -> park the consumer, after taking both
+//     locks and checking again;
+//   - close (both locks): sets the flag once; waiting consumers get nullopt (the store
+//     is empty whenever one waits); waiting producers get false: their push never
+//     happened. A pull that finds the store empty under its lock after a close sees
+//     every element pushed before it (the close took the producers' lock after them).
 // So every element whose push returned true is delivered exactly once, and every
 // element whose push returned false was never delivered. Wake-ups happen after the
-// lock is released (detail/waiter.hpp: where a woken task runs).
+// locks are released (detail/waiter.hpp: where a woken task runs).
 //
-// Why a lock rather than a lock-free ring: the critical sections are a handful of
+// Why locks rather than a lock-free ring: the critical sections are a handful of
 // instructions and never wake anyone, unlocking is a plain store, so an operation costs
-// one locked instruction, as a fetch_add-based ring does; and a lock gives FIFO waiters,
-// direct hand-off and a race-free close() for free. Measured on the channel workload
-// (bench/channel.cpp): the 1-thread run is dominated by those locked instructions and,
-// for an unbounded backlog, by page faults (hence the huge-page segments). The cost of
-// this design shows at 2 threads with one producer and one consumer running at the same
-// time: the lock's cache line moves between the cores on every operation (bounded,
-// capacity 1024: 0.38-0.67 s against 0.14 s on one thread, 2026-12-03, with everything
-// an operation touches on that one line). A lock-free ring on the fast path, with this
-// lock kept for waiters and close, is the planned fix.
+// one locked instruction, as a fetch_add-based ring does; and locks give FIFO waiters,
+// direct hand-off and a race-free close() for free. With a single lock, one producer
+// and one consumer running at once on two threads moved its cache line between the
+// cores on every operation (channel workload, 2 threads: 0.40-0.45 s unbounded and
+// 0.40-0.63 s bounded, against 0.13-0.15 s on one thread); with a lock per end, each
+// side's lock and counters stay on its own core and the store's elements cross once
+// per cache line.
 #pragma once
 
 #include <coroutine>
@@ -99,14 +107,11 @@ class channel {
   std::size_t capacity() const noexcept { return m_capacity; }
 
   /// Elements stored now (a snapshot). Thread-safe.
-  std::size_t size() const noexcept {
-    std::lock_guard lock(m_lock);
-    return m_items.size();
-  }
+  std::size_t size() const noexcept { return m_items.size(); }
 
   /// True once close() was called. Thread-safe.
   bool closed() const noexcept {
-    std::lock_guard lock(m_lock);
+    std::lock_guard lock(m_push_lock);
     return m_closed;
   }
 
@@ -118,7 +123,8 @@ class channel {
     detail::waiter* consumers;
     detail::waiter* producers;
     {
-      std::lock_guard lock(m_lock);
+      std::lock_guard pull(m_pull_lock);  // the consumers' lock first, always
+      std::lock_guard push(m_push_lock);
       if (m_closed) return;
       m_closed = true;
       consumers = m_consumers.take_all();  // m_value stays nullopt
@@ -138,13 +144,13 @@ class channel {
   channel_status try_push(U&& v) {
     detail::waiter* woken = nullptr;
     {
-      std::lock_guard lock(m_lock);
+      std::lock_guard lock(m_push_lock);
       if (m_closed) [[unlikely]] return channel_status::closed;
       if (!m_consumers.empty()) [[unlikely]] {
         auto* c = static_cast<pull_waiter*>(m_consumers.front());
         c->m_value.emplace(std::forward<U>(v));
         woken = m_consumers.pop_front();
-      } else if (m_items.size() < m_capacity) [[likely]] {
+      } else if (has_room()) [[likely]] {
         m_items.emplace_back(std::forward<U>(v));
       } else {
         return channel_status::full;
@@ -218,13 +224,13 @@ class channel {
   std::size_t try_push_n(It first, std::size_t n) {
     detail::deferred_wakes woken;  // destroyed after the lock guard: wakes after unlocking
     std::size_t done = 0;
-    std::lock_guard lock(m_lock);
+    std::lock_guard lock(m_push_lock);
     if (m_closed) return 0;
     for (; done < n; ++done, ++first) {
       if (!m_consumers.empty()) {
         static_cast<pull_waiter*>(m_consumers.front())->m_value.emplace(*first);
         woken.add(m_consumers.pop_front());
-      } else if (m_items.size() < m_capacity) {
+      } else if (has_room()) {
         m_items.emplace_back(*first);
       } else {
         break;
@@ -260,7 +266,7 @@ class channel {
   channel_status try_pull(T& out) {
     detail::waiter* woken = nullptr;
     {
-      std::lock_guard lock(m_lock);
+      std::lock_guard lock(m_pull_lock);
       if (m_items.empty()) return m_closed ? channel_status::closed : channel_status::empty;
       woken = take_front_locked([&](T&& v) { out = std::move(v); });
     }
@@ -317,13 +323,19 @@ class channel {
   std::size_t try_pull_n(OutIt out, std::size_t max) {
     detail::deferred_wakes woken;  // destroyed after the lock guard: wakes after unlocking
     std::size_t done = 0;
-    std::lock_guard lock(m_lock);
+    std::lock_guard pull(m_pull_lock);
+    std::unique_lock push(m_push_lock, std::defer_lock);  // taken once a producer waits
     for (; done < max && !m_items.empty(); ++done) {
-      detail::waiter* w = take_front_locked([&](T&& v) {
+      const auto to_out = [&](T&& v) {
         *out = std::move(v);
         ++out;
-      });
-      if (w != nullptr) woken.add(w);
+      };
+      if (m_producers.empty()) {
+        take_front(to_out);
+        continue;
+      }
+      if (!push.owns_lock()) push.lock();
+      if (detail::waiter* w = take_front_and_refill(to_out)) woken.add(w);
     }
     return done;
   }
@@ -346,14 +358,25 @@ class channel {
   }
 
  private:
-  /// Locked, !m_items.empty(): hands the front element to `out` and pops it; if a
-  /// producer waits, its element takes the freed place and the producer is returned,
-  /// to be woken after unlocking. If `out` throws, nothing changed. If there is no
-  /// memory for the producer's element, that producer simply keeps waiting.
+  /// True when the store has room for one more element. The producers' lock.
+  bool has_room() noexcept { return m_capacity == unbounded || !m_items.full(m_capacity); }
+
+  /// The consumers' lock held, the store not empty, no producer waiting (or the
+  /// producers' lock held too): hands the front element to `out` and pops it. If `out`
+  /// throws, nothing changed.
   template <class Out>
-  detail::waiter* take_front_locked(Out&& out) {
+  void take_front(Out&& out) {
     out(std::move(m_items.front()));
     m_items.pop_front();
+  }
+
+  /// Both locks held, the store not empty: take_front, then, if a producer waits, its
+  /// element takes the freed place and the producer is returned, to be woken after
+  /// unlocking. If there is no memory for the producer's element, that producer simply
+  /// keeps waiting.
+  template <class Out>
+  detail::waiter* take_front_and_refill(Out&& out) {
+    take_front(out);
     if (m_producers.empty()) [[likely]] return nullptr;
     auto* p = static_cast<push_waiter*>(m_producers.front());
     try {
@@ -365,11 +388,23 @@ class channel {
     return m_producers.pop_front();
   }
 
+  /// The consumers' lock held, the store not empty: take_front, taking the producers'
+  /// lock too when a producer waits (take_front_and_refill).
+  template <class Out>
+  detail::waiter* take_front_locked(Out&& out) {
+    if (m_producers.empty()) [[likely]] {
+      take_front(out);
+      return nullptr;
+    }
+    std::lock_guard push(m_push_lock);
+    return take_front_and_refill(out);
+  }
+
   /// await_ready of a pull: takes an element or the end of the channel, or says wait.
   bool pull_ready(pull_waiter& node) {
     detail::waiter* woken = nullptr;
     {
-      std::lock_guard lock(m_lock);
+      std::lock_guard lock(m_pull_lock);
       if (m_items.empty()) [[unlikely]] return m_closed;  // closed: node.m_value stays nullopt
       woken = take_front_locked([&](T&& v) noexcept { node.m_value.emplace(std::move(v)); });
     }
@@ -381,13 +416,21 @@ class channel {
   bool park_consumer(pull_waiter& node) {
     detail::waiter* woken = nullptr;
     {
-      std::lock_guard lock(m_lock);
-      if (m_items.empty()) {
-        if (m_closed) return false;
-        m_consumers.push_back(&node);
-        return true;
+      std::lock_guard pull(m_pull_lock);
+      const auto to_node = [&](T&& v) noexcept { node.m_value.emplace(std::move(v)); };
+      if (!m_items.empty()) {
+        woken = take_front_locked(to_node);
+      } else {
+        // Pushes hand elements to waiting consumers under the producers' lock: checked
+        // again under it, the store stays empty until this consumer is queued.
+        std::lock_guard push(m_push_lock);
+        if (m_items.empty()) {
+          if (m_closed) return false;
+          m_consumers.push_back(&node);
+          return true;
+        }
+        woken = take_front_and_refill(to_node);
       }
-      woken = take_front_locked([&](T&& v) noexcept { node.m_value.emplace(std::move(v)); });
     }
     if (woken != nullptr) woken->wake();
     return false;
@@ -398,7 +441,10 @@ class channel {
   bool park_producer(push_waiter& node, T& value) {
     detail::waiter* woken = nullptr;
     {
-      std::lock_guard lock(m_lock);
+      // Both locks: the waiting producers' list is the consumers', and with both held
+      // no pull can free a place between the check and the queueing.
+      std::lock_guard pull(m_pull_lock);
+      std::lock_guard push(m_push_lock);
       if (m_closed) {
         node.m_ok = false;
         return false;
@@ -406,7 +452,7 @@ class channel {
       if (!m_consumers.empty()) {  // a consumer came and went between the two locks
         static_cast<pull_waiter*>(m_consumers.front())->m_value.emplace(std::move(value));
         woken = m_consumers.pop_front();
-      } else if (m_items.size() < m_capacity) {
+      } else if (has_room()) {
         m_items.emplace_back(std::move(value));
       } else {
         node.m_value = &value;
@@ -419,15 +465,16 @@ class channel {
     return false;
   }
 
-  // What every operation's fast path touches fills one cache line of its own (the
-  // waiter lists, read-only while nobody waits, sit on the next): with a producer and a
-  // consumer running at once, each operation then moves one line between the cores.
-  alignas(64) mutable detail::spin_lock m_lock;
-  bool m_closed = false;
-  detail::segment_queue<T> m_items;
+  // The consumers' side: its lock and what only it guards (the store's pull end has
+  // cache lines of its own inside m_items).
+  alignas(64) mutable detail::spin_lock m_pull_lock;
+  detail::waiter_list m_producers;  // push_waiter, only while the store is full
+  // The producers' side.
+  alignas(64) mutable detail::spin_lock m_push_lock;
+  bool m_closed = false;  // written holding both locks, read holding either
   const std::size_t m_capacity;
-  alignas(64) detail::waiter_list m_consumers;  // pull_waiter, only while m_items is empty
-  detail::waiter_list m_producers;              // push_waiter, only while m_items is full
+  detail::waiter_list m_consumers;  // pull_waiter, only while the store is empty
+  detail::segment_queue<T> m_items;
 };
 
 }  // namespace weft

@@ -12,6 +12,7 @@
 #include "bounded_wait.hpp"
 #include "sync.hpp"
 
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -35,9 +36,22 @@ struct shared_state {
   std::atomic<std::size_t> delivered_total{0};
   std::atomic<int> producers_done{0};
 
-  void take(std::uint32_t id) {
+  std::atomic<std::size_t> out_of_order{0};  // a consumer saw a producer's ids go down
+
+  /// One consumer's view: the last id it pulled from each producer. Each producer
+  /// pushes its ids in increasing order, so in a FIFO channel every consumer sees
+  /// each producer's ids increasing.
+  struct order_check {
+    std::array<std::int64_t, k_producers> last;
+    order_check() { last.fill(-1); }
+  };
+
+  void take(std::uint32_t id, order_check& seen) {
     delivered[id].fetch_add(1, std::memory_order_relaxed);
     delivered_total.fetch_add(1, std::memory_order_relaxed);
+    std::int64_t& last = seen.last[id / k_per_producer];
+    if (static_cast<std::int64_t>(id) <= last) out_of_order.fetch_add(1, std::memory_order_relaxed);
+    last = id;
   }
   void record_push(std::uint32_t id, bool ok) { accepted[id] = ok ? 1 : 0; }
 };
@@ -63,15 +77,16 @@ weft::task<void> task_producer(shared_state& s, int p, bool bulk) {
 }
 
 weft::task<void> task_consumer(shared_state& s, bool bulk) {
+  shared_state::order_check seen;
   if (bulk) {
     std::vector<std::uint32_t> got;
     for (;;) {
       got.clear();
       if (co_await s.ch.pull_n(std::back_inserter(got), 5) == 0) break;
-      for (auto id : got) s.take(id);
+      for (auto id : got) s.take(id, seen);
     }
   } else {
-    while (auto id = co_await s.ch.pull()) s.take(*id);
+    while (auto id = co_await s.ch.pull()) s.take(*id, seen);
   }
 }
 
@@ -110,15 +125,16 @@ void one_round(std::mt19937& rng, std::size_t capacity) {
     s.producers_done.fetch_add(1, std::memory_order_release);
   });
   std::thread thread_consumer([&] {
+    shared_state::order_check seen;
     std::uint32_t id = 0;
     for (;;) {
       const auto st = s.ch.try_pull(id);
       if (st == weft::channel_status::ok) {
-        s.take(id);
+        s.take(id, seen);
       } else if (st == weft::channel_status::closed) {
         break;
       } else if (auto v = s.ch.pull_wait()) {
-        s.take(*v);
+        s.take(*v, seen);
       } else {
         break;
       }
@@ -147,6 +163,7 @@ void one_round(std::mt19937& rng, std::size_t capacity) {
   }
   INFO("capacity " << capacity << ", close after " << close_after << " of " << total);
   CHECK(duplicated == 0);
+  CHECK(s.out_of_order.load() == 0);  // FIFO per producer, as each consumer sees it
   CHECK(mismatched == 0);  // delivered exactly when accepted: nothing lost, nothing invented
   CHECK(delivered == accepted);
   CHECK(accepted <= total);

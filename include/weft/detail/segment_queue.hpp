@@ -1,21 +1,33 @@
 // weft/detail/segment_queue.hpp: the element store of weft::channel. Not API.
 //
-// A FIFO of T in segments linked head to tail. Pushing at the tail allocates a segment
-// only when the tail one is full; popping the last element of the head segment frees
-// it, so memory follows the backlog as consumers advance. One emptied small segment is
-// kept as a spare, and an empty queue rewinds into its single segment, so a channel that
-// stays near empty (a bounded one, or a consumer keeping up) never allocates in its
-// steady state.
+// A FIFO of T in segments linked head to tail, with two ends that two different locks
+// guard (weft/channel.hpp): the push end (emplace_back, full) belongs to whoever holds
+// the producers' lock, the pull end (empty, front, pop_front) to whoever holds the
+// consumers' lock, so one producer and one consumer run at the same time without
+// sharing a lock. The ends meet through two counters: `pushed`, stored with release
+// after an element is built, and `popped`, stored with release after one is destroyed.
+// Each end keeps its own copy of the other's counter and reloads it only when its copy
+// says empty (pull end) or full (push end): with a backlog, a consumer reads the
+// producer's cache line once per batch, not once per element.
+//
+// A segment is written only by the push end until it is full, and linked to the next
+// one before any element of that one is published, so the pull end follows the links
+// only past published elements. The pull end leaves a segment once it is used up and an
+// element is published past it, and frees it then: the push end has left it for good.
+// A stub segment of capacity 0 is the first segment, so neither end ever sees none.
 //
 // Segment sizes follow the backlog: 16 KiB while the queue is short; while it is longer
 // than the tail segment, each new segment doubles, up to 2 MiB, and those of 2 MiB are
 // mapped on their own with transparent huge pages advised (one page fault per 2 MiB
 // instead of 512: a producer far ahead of its consumers spends its time pushing, not
-// faulting). Not thread-safe: the channel's lock guards it.
+// faulting). One freed small segment is kept as a spare (handed from the pull end to
+// the push end through an atomic pointer), so a channel that stays near empty does not
+// allocate in its steady state.
 #pragma once
 
 #include <sys/mman.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <new>
@@ -30,8 +42,8 @@ class segment_queue {
 
   struct segment {
     segment* m_next = nullptr;
-    std::size_t m_capacity;  // elements
-    bool m_mapped;           // one mmap'ed huge page rather than operator new'ed
+    std::size_t m_capacity = 0;  // elements
+    bool m_mapped = false;       // one mmap'ed huge page rather than operator new'ed
 
     // Where the elements start: after these fields, aligned for T.
     static constexpr std::size_t k_header =
@@ -53,62 +65,99 @@ class segment_queue {
   segment_queue() = default;
   segment_queue(const segment_queue&) = delete;
   segment_queue& operator=(const segment_queue&) = delete;
+  /// Destroys the elements left. Nothing may use either end any more.
   ~segment_queue() {
-    while (m_size != 0) pop_front();
-    for (segment* s = m_head; s != nullptr;) deallocate(std::exchange(s, s->m_next));
-    if (m_spare != nullptr) deallocate(m_spare);
+    m_pull.m_pushed_seen = m_push.m_pushed.load(std::memory_order_acquire);
+    while (!empty()) {
+      front();  // steps into the next segment when needed
+      pop_front();
+    }
+    for (segment* s = m_pull.m_head; s != nullptr;) {
+      segment* next = s->m_next;
+      if (s != &m_stub) deallocate(s);
+      s = next;
+    }
+    if (segment* spare = m_spare.load(std::memory_order_acquire)) deallocate(spare);
   }
 
-  std::size_t size() const noexcept { return m_size; }
-  bool empty() const noexcept { return m_size == 0; }
+  /// Elements stored now: a snapshot, callable from anywhere.
+  std::size_t size() const noexcept {
+    const std::uint64_t popped = m_pull.m_popped.load(std::memory_order_acquire);  // first: never above pushed
+    return static_cast<std::size_t>(m_push.m_pushed.load(std::memory_order_acquire) - popped);
+  }
 
-  /// Appends a T built from `args`. Strong guarantee: throws (std::bad_alloc, or what
-  /// T's constructor throws) with the queue's elements unchanged.
+  // ---- push end (the producers' lock) ----------------------------------------------
+
+  /// True when `capacity` or more elements are stored. Push end.
+  bool full(std::size_t capacity) noexcept {
+    if (m_push.m_pushed_local - m_push.m_popped_seen < capacity) [[likely]] return false;
+    m_push.m_popped_seen = m_pull.m_popped.load(std::memory_order_acquire);
+    return m_push.m_pushed_local - m_push.m_popped_seen >= capacity;
+  }
+
+  /// Appends a T built from `args`. Push end. Strong guarantee: throws (std::bad_alloc,
+  /// or what T's constructor throws) with the queue's elements unchanged.
   template <class... Args>
   void emplace_back(Args&&... args) {
-    if (m_tail == nullptr || m_tail_index == m_tail->m_capacity) [[unlikely]] grow();
-    ::new (m_tail->raw(m_tail_index)) T(std::forward<Args>(args)...);
-    ++m_tail_index;
-    ++m_size;
+    if (m_push.m_tail_index == m_push.m_tail->m_capacity) [[unlikely]] grow();
+    ::new (m_push.m_tail->raw(m_push.m_tail_index)) T(std::forward<Args>(args)...);
+    ++m_push.m_tail_index;
+    // release: the element (and the link to its segment) before the count that shows it.
+    m_push.m_pushed.store(++m_push.m_pushed_local, std::memory_order_release);
   }
 
-  /// The oldest element. Precondition: !empty().
-  T& front() noexcept { return *m_head->at(m_head_index); }
+  // ---- pull end (the consumers' lock) ----------------------------------------------
 
-  /// Destroys the oldest element. Precondition: !empty().
+  /// True when no element is stored. Pull end.
+  bool empty() noexcept {
+    if (m_pull.m_popped_local != m_pull.m_pushed_seen) [[likely]] return false;
+    m_pull.m_pushed_seen = m_push.m_pushed.load(std::memory_order_acquire);  // pairs with emplace_back
+    return m_pull.m_popped_local == m_pull.m_pushed_seen;
+  }
+
+  /// The oldest element. Pull end; precondition: !empty() (called at this end).
+  T& front() noexcept {
+    if (m_pull.m_head_index == m_pull.m_head->m_capacity) [[unlikely]] advance();
+    return *m_pull.m_head->at(m_pull.m_head_index);
+  }
+
+  /// Destroys the oldest element. Pull end; precondition: front() was called since the
+  /// last pop_front().
   void pop_front() noexcept {
-    m_head->at(m_head_index)->~T();
-    ++m_head_index;
-    if (--m_size == 0) {
-      // Empty: rewind into the head segment and drop the others.
-      for (segment* s = m_head->m_next; s != nullptr;) release(std::exchange(s, s->m_next));
-      m_head->m_next = nullptr;
-      m_tail = m_head;
-      m_head_index = m_tail_index = 0;
-    } else if (m_head_index == m_head->m_capacity) {
-      release(std::exchange(m_head, m_head->m_next));
-      m_head_index = 0;
-    }
+    m_pull.m_head->at(m_pull.m_head_index)->~T();
+    ++m_pull.m_head_index;
+    // release: the element is gone before the push end sees its place free.
+    m_pull.m_popped.store(++m_pull.m_popped_local, std::memory_order_release);
   }
 
  private:
+  /// Push end: a new tail segment, linked after the current one.
   void grow() {
     std::size_t capacity = k_small;
-    if (m_tail != nullptr && m_size >= m_tail->m_capacity)  // a backlog: grow geometrically
-      capacity = m_tail->m_capacity * 2 < k_largest ? m_tail->m_capacity * 2 : k_largest;
-    segment* s;
-    if (capacity == k_small && m_spare != nullptr) s = std::exchange(m_spare, nullptr);
-    else s = allocate(capacity);
+    const std::uint64_t backlog = m_push.m_pushed_local - m_pull.m_popped.load(std::memory_order_relaxed);
+    if (backlog >= m_push.m_tail->m_capacity && m_push.m_tail != &m_stub)  // a backlog: grow geometrically
+      capacity = m_push.m_tail->m_capacity * 2 < k_largest ? m_push.m_tail->m_capacity * 2 : k_largest;
+    segment* s = nullptr;
+    // acquire: the pull end's last use of the spare happened before.
+    if (capacity == k_small) s = m_spare.exchange(nullptr, std::memory_order_acquire);
+    if (s == nullptr) s = allocate(capacity);
     s->m_next = nullptr;
-    if (m_tail != nullptr) m_tail->m_next = s;
-    else m_head = s;
-    m_tail = s;
-    m_tail_index = 0;
+    m_push.m_tail->m_next = s;  // published with the first element stored in s
+    m_push.m_tail = s;
+    m_push.m_tail_index = 0;
   }
 
-  void release(segment* s) noexcept {
-    if (s->m_capacity == k_small && m_spare == nullptr) m_spare = s;
-    else deallocate(s);
+  /// Pull end: leaves the used-up head segment for the next one (which exists: an
+  /// element is published past the head segment).
+  void advance() noexcept {
+    segment* old = std::exchange(m_pull.m_head, m_pull.m_head->m_next);
+    m_pull.m_head_index = 0;
+    if (old == &m_stub) return;
+    segment* expected = nullptr;
+    // release: every use of `old` at this end happened before the push end reuses it.
+    if (old->m_capacity != k_small ||
+        !m_spare.compare_exchange_strong(expected, old, std::memory_order_release, std::memory_order_relaxed))
+      deallocate(old);
   }
 
   static segment* allocate(std::size_t capacity) {
@@ -149,12 +198,25 @@ class segment_queue {
     return reinterpret_cast<void*>(aligned);
   }
 
-  segment* m_head = nullptr;
-  segment* m_tail = nullptr;
-  std::size_t m_head_index = 0;  // next element to pop, in m_head
-  std::size_t m_tail_index = 0;  // next free place, in m_tail
-  std::size_t m_size = 0;
-  segment* m_spare = nullptr;
+  segment m_stub;  // capacity 0: the first head and tail
+
+  // Each end on cache lines of its own: the other end reads only its counter, and only
+  // when its own copy runs out.
+  struct alignas(64) pull_end {
+    segment* m_head;
+    std::size_t m_head_index = 0;      // next element to pop, in m_head
+    std::uint64_t m_popped_local = 0;  // elements popped (this end's copy)
+    std::uint64_t m_pushed_seen = 0;   // the push end's count, as last read
+    std::atomic<std::uint64_t> m_popped{0};
+  } m_pull{&m_stub};
+  struct alignas(64) push_end {
+    segment* m_tail;
+    std::size_t m_tail_index = 0;      // next free place, in m_tail
+    std::uint64_t m_pushed_local = 0;  // elements pushed (this end's copy)
+    std::uint64_t m_popped_seen = 0;   // the pull end's count, as last read
+    std::atomic<std::uint64_t> m_pushed{0};
+  } m_push{&m_stub};
+  alignas(64) std::atomic<segment*> m_spare{nullptr};
 };
 
 }  // namespace weft::detail
