@@ -218,8 +218,8 @@ class channel {
   }
 
   /// Pushes elements from [first, first + n) in order while there is room; returns how
-  /// many were pushed (fewer than n when the channel is full or closed). One lock for
-  /// the whole batch. Never blocks. Thread-safe.
+  /// many were pushed (fewer than n when the channel is full or closed). The producers'
+  /// lock is taken once for the whole batch. Never blocks. Thread-safe.
   template <std::input_iterator It>
   std::size_t try_push_n(It first, std::size_t n) {
     detail::deferred_wakes woken;  // destroyed after the lock guard: wakes after unlocking
@@ -316,12 +316,13 @@ class channel {
   }
 
   /// Pulls up to `max` elements, oldest first, to `out`; returns how many (0: empty or
-  /// closed; closed() tells which). One lock for the whole batch. Never blocks.
+  /// closed; closed() tells which). The consumers' lock is taken once for the whole
+  /// batch (and the producers' lock too once a producer waits). Never blocks.
   /// Thread-safe.
   template <class OutIt>
     requires std::output_iterator<OutIt, T>
   std::size_t try_pull_n(OutIt out, std::size_t max) {
-    detail::deferred_wakes woken;  // destroyed after the lock guard: wakes after unlocking
+    detail::deferred_wakes woken;  // destroyed after the lock guards: wakes after unlocking
     std::size_t done = 0;
     std::lock_guard pull(m_pull_lock);
     std::unique_lock push(m_push_lock, std::defer_lock);  // taken once a producer waits
