@@ -1,10 +1,12 @@
 // weft::channel under contention: exactly-once delivery with a close at a random
 // moment, producers and consumers spread over tasks on two pools and plain threads,
-// blocking and non-blocking operations mixed. Run under ThreadSanitizer.
+// blocking and non-blocking operations mixed; and one producer with one consumer on two
+// threads, in order, at capacities 1, 2, 1000 and unbounded. Run under ThreadSanitizer.
 #include <weft/channel.hpp>
 
 #include <weft/fork_group.hpp>
 #include <weft/pool.hpp>
+#include <weft/spawn.hpp>
 #include <weft/sync_wait.hpp>
 
 #include <catch2/catch.hpp>
@@ -179,5 +181,45 @@ TEST_CASE("channel stress: exactly-once delivery with a close at a random moment
   for (int r = 0; r < rounds; ++r) {
     for (std::size_t capacity : {std::size_t{1}, std::size_t{3}, std::size_t{64}, weft::channel<int>::unbounded})
       one_round(rng, capacity);
+  }
+}
+
+namespace {
+
+weft::task<void> count_up(weft::channel<std::uint64_t>& ch, std::uint64_t n) {
+  for (std::uint64_t i = 0; i < n; ++i)
+    if (!co_await ch.push(i)) co_return;
+  ch.close();
+}
+
+/// Pulls until the end; returns how many elements came out of order (or were missing).
+weft::task<std::uint64_t> check_sequence(weft::channel<std::uint64_t>& ch, std::uint64_t n) {
+  std::uint64_t next = 0, wrong = 0;
+  while (auto v = co_await ch.pull()) {
+    if (*v != next) ++wrong;
+    next = *v + 1;
+  }
+  co_return wrong + (next == n ? 0 : 1);
+}
+
+weft::task<std::uint64_t> one_to_one(weft::channel<std::uint64_t>& ch, std::uint64_t n) {
+  auto consumer = weft::spawn(check_sequence(ch, n)).fork();
+  co_await count_up(ch, n);
+  co_return co_await consumer;
+}
+
+}  // namespace
+
+// One producer and one consumer on two threads: each end of the channel runs under its
+// own lock at the same time (the store's push and pull ends meet only through their
+// counters), and with a small capacity both park and wake each other all the time.
+TEST_CASE("channel stress: one producer and one consumer at once, every element in order", "[channel][stress]") {
+  weft::thread_pool pool{{.threads = 2}};
+  const auto n = static_cast<std::uint64_t>(weft_test::rounds(300'000, 30'000));
+  for (std::size_t capacity : {std::size_t{1}, std::size_t{2}, std::size_t{1000}, weft::channel<int>::unbounded}) {
+    weft::channel<std::uint64_t> ch{capacity};
+    INFO("capacity " << capacity);
+    CHECK(weft::sync_wait(pool, one_to_one(ch, n)) == 0);
+    CHECK(ch.size() == 0);
   }
 }
