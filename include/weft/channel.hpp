@@ -36,7 +36,8 @@
 // cores on every operation (channel workload, 2 threads, 2026-12-03: unbounded
 // 0.36-0.42 s in most runs, 0.12 s in the others; bounded 0.39-0.63 s; 0.13-0.15 s on
 // one thread); with a lock per end, each side's lock and counters stay on its own core
-// and the store's elements cross once per cache line (0.12 s and 0.09-0.12 s).
+// and the store's elements cross once per cache line (medians 0.12-0.13 s unbounded and
+// 0.10-0.12 s bounded; the bounded case has a slow mode, see the README).
 #pragma once
 
 #include <coroutine>
