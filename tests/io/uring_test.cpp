@@ -34,6 +34,20 @@ using weft_io_test::k_message;
 
 namespace {
 
+// with_timeout and with_cancel move the ring operation into their result, so they take
+// rvalues only: a named operation passed without std::move must not compile (it would
+// be left empty unseen).
+using read_op = weft::io::detail::transfer_awaitable;
+template <class A>
+concept timeout_accepts = requires(A&& a) { weft::io::with_timeout(std::forward<A>(a), 1ms); };
+template <class A>
+concept cancel_accepts = requires(A&& a, const weft::io::cancel_source& s) {
+  weft::io::with_cancel(std::forward<A>(a), s);
+};
+static_assert(timeout_accepts<read_op> && !timeout_accepts<read_op&> && !timeout_accepts<const read_op&>);
+static_assert(cancel_accepts<read_op> && !cancel_accepts<read_op&>);
+static_assert(cancel_accepts<weft::io::detail::sleep_awaitable> && !cancel_accepts<weft::io::detail::sleep_awaitable&>);
+
 struct server_stats {
   std::atomic<std::size_t> bytes{0};
   std::atomic<std::size_t> eofs{0};

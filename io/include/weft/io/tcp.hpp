@@ -19,6 +19,7 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <type_traits>
 #include <utility>
 
 #include "weft/io/cancel.hpp"
@@ -232,10 +233,11 @@ class tcp_listener {
 /// Runs a ring operation (read_some, write_some, connect) for at most `d`: then it is
 /// cancelled and yields error::timed_out (== std::errc::timed_out). Uses an io_uring
 /// linked timeout: no extra thread, no extra submission.
-/// `a` is moved into the result: call it where `a` is owned. The result is awaitable
-/// from any thread, like `a`.
+/// `a` must be an rvalue (the operation as made, or std::move of a named one): it is
+/// moved into the result, so an lvalue does not compile rather than being emptied
+/// unseen. The result is awaitable from any thread, like `a`.
 template <class Awaitable, class Rep, class Period>
-  requires std::remove_cvref_t<Awaitable>::k_linked_timeout_ok
+  requires(!std::is_lvalue_reference_v<Awaitable> && std::remove_cvref_t<Awaitable>::k_linked_timeout_ok)
 std::remove_cvref_t<Awaitable> with_timeout(Awaitable&& a, std::chrono::duration<Rep, Period> d) {
   const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
   detail::uring_op& op = a.op();
@@ -296,10 +298,11 @@ class [[nodiscard]] uring_cancel_op {
 /// with_timeout) until it completes or `source` requests cancellation (from any thread,
 /// also before it starts); a cancelled operation yields std::errc::operation_canceled.
 /// Cancellation is best effort: an operation the kernel already finished keeps its result.
-/// `a` is moved into the result; awaitable from any thread, like `a`, and the task
-/// resumes on the executor it awaited from.
+/// `a` must be an rvalue, as for with_timeout (it is moved into the result); the result
+/// is awaitable from any thread, like `a`, and the task resumes on the executor it
+/// awaited from.
 template <class Awaitable>
-  requires std::remove_cvref_t<Awaitable>::k_cancel_ok
+  requires(!std::is_lvalue_reference_v<Awaitable> && std::remove_cvref_t<Awaitable>::k_cancel_ok)
 detail::uring_cancel_op<std::remove_cvref_t<Awaitable>> with_cancel(Awaitable&& a, const cancel_source& source) {
   return {std::move(a), source};
 }
