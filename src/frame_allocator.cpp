@@ -58,12 +58,21 @@ struct cache_flush {
 };
 thread_local cache_flush t_flush;
 
+/// A thread's first slow-path call: registers its exit flush and opens its free lists.
 void register_thread() noexcept {
   frame_cache& c = t_frame_cache;
   if (c.m_state != 0) return;
   (void)&t_flush;  // odr-use: constructs the thread's flush object
   c.m_state = 1;
   for (std::size_t cls = 0; cls < k_frame_classes; ++cls) c.m_room[cls] = k_cache_limit;
+}
+
+/// A thread's first allocation through the slow path (a registered thread that is not
+/// exiting, once): gives it a frame stack, an exited thread's or a new one. Only
+/// allocating threads get one: a thread that only frees frames (an I/O loop resuming
+/// tasks made elsewhere) never needs the 256 KiB.
+void acquire_stack(frame_cache& c) noexcept {
+  c.m_stack_tried = true;
   {
     orphan_stacks& o = orphans();
     std::lock_guard lock(o.m_mutex);
@@ -113,6 +122,7 @@ void frame_stack_trim(frame_stack& s) noexcept {
 void* allocate_frame_slow(std::size_t cls) {
   register_thread();
   frame_cache& c = t_frame_cache;
+  if (!c.m_stack_tried && c.m_state == 1) acquire_stack(c);
   const std::size_t size = (cls + 1) * k_frame_granule;
   if (void* p = frame_stack_push(c.m_stack, size)) return p;  // the thread's first frame
   frame_stack_trim(c.m_stack);  // full: frames at the top may have been freed elsewhere

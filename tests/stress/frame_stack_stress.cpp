@@ -247,3 +247,28 @@ TEST_CASE("frame stack: owner and remote threads free in any order; no live fram
   frame_stack_trim(s);
   REQUIRE(s.m_top == empty_top);
 }
+
+TEST_CASE("frame cache: a thread that only frees frames gets no frame stack; its first allocation does",
+          "[frame_stack]") {
+  using namespace weft::detail;
+  constexpr std::size_t cls = 1;
+  constexpr std::size_t size = (cls + 1) * k_frame_granule;
+  // A free-list frame, made as allocate_frame_slow makes one when the stack is full.
+  void* const p = ::operator new(size, k_frame_alignment);
+  footer_ending_at(addr(p) + size).store(0, std::memory_order_relaxed);
+  bool stack_after_free = true;
+  bool stack_after_alloc = false;
+  bool from_stack = false;
+  std::thread([&] {
+    release_frame_slow(p, cls);  // into this new thread's free list
+    stack_after_free = t_frame_cache.m_stack.m_end != 0;
+    void* const q = allocate_frame_slow(cls);
+    const frame_stack s = t_frame_cache.m_stack;
+    stack_after_alloc = s.m_end != 0;
+    from_stack = addr(q) >= s.m_end - weft::detail::k_frame_stack_bytes && addr(q) < s.m_end;
+    if (!frame_stack_pop(t_frame_cache.m_stack, q, size)) release_frame_slow(q, cls);
+  }).join();  // its exit frees p (the free list) and hands the stack on
+  CHECK_FALSE(stack_after_free);
+  CHECK(stack_after_alloc);
+  CHECK(from_stack);
+}

@@ -128,6 +128,7 @@ struct frame_cache {
   // a free with no room left takes the slow path, so the fast path is one comparison.
   std::uint32_t m_room[k_frame_classes];
   std::uint8_t m_state;  // 0: new, 1: caching (exit flush registered), 2: thread exiting
+  bool m_stack_tried;    // the thread asked for a frame stack (its first slow-path allocation)
 };
 
 extern constinit thread_local frame_cache t_frame_cache;
