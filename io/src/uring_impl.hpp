@@ -48,6 +48,7 @@ class uring_impl {
   // this never throws. `c` must live until the call ran (see loop_call).
   void post_call(loop_call& c, bool new_work = false);
   void post_ready(std::coroutine_handle<> h, unsigned prio);
+  /// Refuses new work, lets the loop finish what is queued, joins its thread. Idempotent.
   void stop();
 
   uring_context& m_owner;

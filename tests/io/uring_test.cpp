@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "../../io/src/uring_impl.hpp"  // uring_impl::stop, to end the loop before destruction
 #include "io_support.hpp"
 #include "sync.hpp"
 
@@ -559,4 +560,24 @@ TEST_CASE("uring: once destruction began, an operation from another thread is re
                   weft::shutdown_error);
   release = true;
   destroyer.join();
+}
+
+TEST_CASE("uring: a listener closed from another thread after the loop ended is released with the context",
+          "[uring]") {
+  auto io = weft_io_test::make_uring_or_skip();
+  if (!io) return;
+  tcp_listener l(*io);
+  REQUIRE_FALSE(l.listen(endpoint::loopback(0)));
+  const endpoint ep = l.local_endpoint();
+  io->impl().stop();  // the loop has ended; the context is still alive
+  l.close();          // from this thread: queued for a loop that will never run it
+  {
+    tcp_listener again(*io);
+    CHECK(again.listen(ep) == std::errc::address_in_use);  // still open: the close waits
+  }
+  io.reset();  // the destructor releases it (ASan: nothing leaked)
+  auto io2 = weft_io_test::make_uring_or_skip();
+  REQUIRE(io2);
+  tcp_listener again(*io2);
+  CHECK_FALSE(again.listen(ep));  // the port is free again: the socket was closed
 }
