@@ -3,6 +3,8 @@
 // freed, the free lists, and handing a stack on when its thread exits.
 #include "weft/detail/frame_allocator.hpp"
 
+#include <sys/mman.h>
+
 #include <mutex>
 #include <new>
 
@@ -70,7 +72,7 @@ void register_thread() noexcept {
 /// A thread's first allocation through the slow path (a registered thread that is not
 /// exiting, once): gives it a frame stack, an exited thread's or a new one. Only
 /// allocating threads get one: a thread that only frees frames (an I/O loop resuming
-/// tasks made elsewhere) never needs the 256 KiB.
+/// tasks made elsewhere) never reserves the 16 MiB.
 void acquire_stack(frame_cache& c) noexcept {
   c.m_stack_tried = true;
   {
@@ -83,9 +85,13 @@ void acquire_stack(frame_cache& c) noexcept {
       return;
     }
   }
-  if (void* block = ::operator new(k_frame_stack_bytes, k_frame_alignment, std::nothrow))
-    frame_stack_init(c.m_stack, block, k_frame_stack_bytes);
-  // else: no stack; every frame comes from the free lists.
+  // Address space only: pages become resident as frames reach them. No huge pages: one
+  // would make the first frame cost 2 MiB of RSS per thread.
+  void* const block = ::mmap(nullptr, k_frame_stack_bytes, PROT_READ | PROT_WRITE,
+                             MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (block == MAP_FAILED) return;  // no stack; every frame comes from the free lists
+  ::madvise(block, k_frame_stack_bytes, MADV_NOHUGEPAGE);  // advice only: failure is harmless
+  frame_stack_init(c.m_stack, block, k_frame_stack_bytes);
 }
 
 }  // namespace

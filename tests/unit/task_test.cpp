@@ -282,7 +282,9 @@ weft::task<std::uint64_t> scaled(std::uint64_t v) { co_return v * 3 + 1; }  // v
 // those frames must survive that thread's allocations, and be freeable from anywhere.
 TEMPLATE_LIST_TEST_CASE("task: frames outlive the thread that made them", "[task]", weft_test::all_executors) {
   auto pool = TestType::make();
-  constexpr std::uint64_t k_n = 3000;  // more than one 256 KiB stack holds
+  // More frames than one stack holds (each takes at least one granule), so that the
+  // first thread's frames also overflow into its free lists.
+  constexpr std::uint64_t k_n = weft::detail::k_frame_stack_bytes / weft::detail::k_frame_granule;
   std::vector<weft::task<std::uint64_t>> first, second;
   std::thread([&] {
     for (std::uint64_t i = 0; i < k_n; ++i) first.push_back(scaled(i));
