@@ -33,20 +33,35 @@ def ordered(w, records):
                                           rank.get(r["flavor"], 99)))
 
 
+def paired(rec, others):
+    """Per round, rec's median over the others' (their best, for several), when every
+    record ran the same rounds (--rounds R > 1): the rows of a round ran back to back,
+    so each round's ratio compares runs from the same minutes. None otherwise."""
+    mine = rec.get("round_medians_us")
+    theirs = [o.get("round_medians_us") for o in others]
+    if not mine or len(mine) < 2 or not theirs or any(not t or len(t) != len(mine) for t in theirs):
+        return None
+    return [m / min(t[i] for t in theirs) for i, m in enumerate(mine)]
+
+
 def derived(w, records):
-    """{id(record): (median_us, speedup over baseline, x baseline, vs best peer)}."""
-    base = [median_us(r) for r in records if r["flavor"] == w.baseline and median_us(r)]
-    base_us = base[0] if base else None
+    """{id(record): (median_us, speedup over baseline, x baseline, vs best peer)}.
+    With rounds, the ratios are medians of the per-round ratios (see paired); else
+    ratios of the pooled medians."""
+    base = [r for r in records if r["flavor"] == w.baseline and median_us(r)]
+    base_us = median_us(base[0]) if base else None
     out = {}
     for r in records:
         m = median_us(r)
-        peers = [median_us(p) for p in records
-                 if p["flavor"] in w.peers and p["threads"] == r["threads"] and median_us(p)]
-        best_peer = min(peers) if peers else None
-        out[id(r)] = (m,
-                      base_us / m if m and base_us else None,
-                      m / base_us if m and base_us else None,
-                      m / best_peer if m and best_peer else None)
+        peers = [p for p in records if p["flavor"] in w.peers and p["threads"] == r["threads"] and median_us(p)]
+        best_peer = min(median_us(p) for p in peers) if peers else None
+        x_base = m / base_us if m and base_us else None
+        vs_peer = m / best_peer if m and best_peer else None
+        if m and base:
+            x_base = statistics.median(paired(r, base[:1]) or [x_base])
+        if m and peers:
+            vs_peer = statistics.median(paired(r, peers) or [vs_peer])
+        out[id(r)] = (m, 1 / x_base if x_base else None, x_base, vs_peer)
     return out
 
 
@@ -106,9 +121,11 @@ def tables(workloads, records, runs, notes):
         if getattr(w, "own_table", False):
             lines += own_table(w, recs, runs)
             continue
+        rounds = max((r.get("rounds", 1) for r in recs), default=1)
         lines.append(f"\n{w.name} ({w.size_label.format(recs[0]['size'])}; median of {runs} run(s); "
                      f"speedup = {w.baseline} / this; x {w.baseline} = this / {w.baseline}; "
-                     f"vs peer = this / best of {','.join(w.peers)} at the same threads)")
+                     f"vs peer = this / best of {','.join(w.peers)} at the same threads"
+                     + (f"; ratios: median of the {rounds} rounds' own ratios" if rounds > 1 else "") + ")")
         d = derived(w, recs)
         rows = [head]
         for r in recs:

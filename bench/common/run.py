@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -70,8 +71,8 @@ def parse_args(argv):
     p.add_argument("--rounds", type=int, default=1,
                    help="invoke every binary x flavor x threads of a workload this many times, in turn "
                         "(round 1 of every row, then round 2, ...), and pool the runs: on a machine "
-                        "whose speed drifts, every row then samples the same stretch of time "
-                        "(default 1)")
+                        "whose speed drifts, every row then samples the same stretch of time; the "
+                        "table's ratios are then medians of each round's own ratios (default 1)")
     p.add_argument("--only", action="append", choices=[w.name for w in WORKLOADS], metavar="WORKLOAD",
                    help="run only this workload (repeatable): " + ", ".join(w.name for w in WORKLOADS))
     p.add_argument("--flavor", action="append", metavar="FLAVOR",
@@ -283,6 +284,8 @@ def merge_rounds(recs):
             rec["metrics"].setdefault(key, []).extend(values)
     rec["wall_s"] = round(sum(r.get("wall_s", 0) for r in recs), 3)
     rec["rounds"] = len(recs)
+    # Each round's own median: report.py pairs it with the baseline's in the same round.
+    rec["round_medians_us"] = [statistics.median(run["duration_us"] for run in r["runs"]) for r in recs]
     if len({r["output"] for r in recs}) > 1:
         rec["status"] = "FAIL"
         rec["reason"] = "the answer differs between rounds: " + ", ".join(sorted({str(r["output"]) for r in recs}))
