@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <functional>
 #include <iterator>
+#include <memory>
 #include <ranges>
 #include <span>
 #include <stdexcept>
@@ -31,11 +32,31 @@ using range_task_t = std::remove_cvref_t<std::ranges::range_value_t<R>>;
 template <class T, class Storage>
 class [[nodiscard]] bulk_join_op {
  public:
-  explicit bulk_join_op(Storage ts) noexcept : m_ts(std::move(ts)) {}
+  explicit bulk_join_op(Storage ts) noexcept { std::construct_at(&m_ts, std::move(ts)); }
   /// Makes the tasks in place: fill(m_ts) (no move of the storage afterwards).
   template <class Fill>
   bulk_join_op(std::in_place_t, Fill&& fill) {
-    fill(m_ts);
+    std::construct_at(&m_ts);
+    try {
+      fill(m_ts);
+    } catch (...) {
+      std::destroy_at(&m_ts);
+      throw;
+    }
+  }
+  bulk_join_op(bulk_join_op&& o) noexcept : m_joined(std::exchange(o.m_joined, false)) {
+    std::construct_at(&m_ts, std::move(o.m_ts));
+  }
+  bulk_join_op& operator=(bulk_join_op&&) = delete;
+  /// Frees the children's frames: at once where it can after a join that threw nothing
+  /// (release_joined_frames; then an array of tasks is left undestroyed, as destroying
+  /// it would only free the frames again), else one by one (the tasks' destructors).
+  WEFT_INLINE ~bulk_join_op() {
+    if (m_joined && release_joined_frames<T>(m_ts)) {
+      if constexpr (!std::is_same_v<Storage, std::vector<task<T>>>) return;
+      for (auto& t : m_ts) (void)t.release();  // the vector's buffer still goes
+    }
+    std::destroy_at(&m_ts);
   }
 
   /// Checks the tasks (std::logic_error for an empty one, before anything runs); ready
@@ -65,10 +86,21 @@ class [[nodiscard]] bulk_join_op {
   }
 
   /// The results in input order, or the lowest-index exception.
-  auto await_resume() { return collect<T>(m_ts); }
+  auto await_resume() {
+    m_joined = true;
+    try {
+      return collect<T>(m_ts);  // constructed in place
+    } catch (...) {
+      m_joined = false;  // a child's exception is on its way: its frame needs destroy()
+      throw;
+    }
+  }
 
  private:
-  Storage m_ts;
+  union {
+    Storage m_ts;  // constructed in the constructors, destroyed (or not) in the destructor
+  };
+  bool m_joined = false;  // awaited, and every child's result taken without an exception
 };
 
 }  // namespace detail

@@ -45,6 +45,7 @@ struct promise_base {
   completion m_mode = completion::awaited;
   std::uint8_t m_prio = 0;        // priority it was queued at (forked/detached)
   std::uint8_t m_parent_prio = 0;  // the parent's priority, restored when it resumes
+  bool m_plain_params = false;  // no parameter needs a destructor (see release_joined_frames)
 
   static void* operator new(std::size_t n) { return allocate_frame(n); }
   static void operator delete(void* p, std::size_t n) noexcept { deallocate_frame(p, n); }
@@ -199,6 +200,12 @@ class [[nodiscard]] task {
 
   /// The coroutine promise (the compiler's protocol; not API).
   struct promise_type : detail::promise_returns<T> {
+    /// Sees the coroutine's parameters (the object first, for a member function) and
+    /// notes whether any needs a destructor; references count as what they refer to.
+    template <class... A>
+    promise_type(const A&...) noexcept {  // NOLINT: not explicit, it is also the default
+      this->m_plain_params = (std::is_trivially_destructible_v<A> && ...);
+    }
     task get_return_object() noexcept { return task{handle_type::from_promise(*this)}; }
     detail::final_awaiter final_suspend() const noexcept { return {}; }
     void unhandled_exception() noexcept { this->m_result.set_error(std::current_exception()); }

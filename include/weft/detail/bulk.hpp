@@ -12,11 +12,17 @@
 // Results stay in the children's frames; the caller collects them in index order
 // afterwards, so the first (lowest-index) exception is the one rethrown, after every
 // child finished.
+// Then the children's frames go: where nothing left in them needs a destructor and they
+// are the top of this thread's frame stack (the usual case on a thread that ran them
+// all), in one step (release_joined_frames), else one destroy() each.
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <coroutine>
 #include <cstddef>
+#include <cstdint>
+#include <iterator>
 #include <span>
 #include <type_traits>
 #include <utility>
@@ -24,6 +30,7 @@
 
 #include "weft/bounded_vector.hpp"
 #include "weft/detail/fork.hpp"
+#include "weft/detail/frame_allocator.hpp"
 #include "weft/task.hpp"
 
 namespace weft::detail {
@@ -61,6 +68,46 @@ void fork_bulk(std::size_t n, At at, bool chain) {
   }
   d.commit(static_cast<std::uint32_t>(n));
   if (n > 0 && d.share_requested() && d.worth_sharing()) on_work_available(*w, d);
+}
+
+/// Whether a finished task<T>'s result may be left in its frame undestroyed.
+template <class T>
+inline constexpr bool k_plain_result = std::is_void_v<T> || std::is_reference_v<T> || std::is_trivially_destructible_v<T>;
+
+/// Frees the frames of joined tasks `ts` (all finished, results taken, no exception) in
+/// one step, without a destroy() call each, where that is all destroy() would do: the
+/// result needs no destructor (k_plain_result<T>), nor do the parameters (each promise's
+/// m_plain_params; nothing else is left in a frame at its final suspend point), and the
+/// frames are the top of this thread's frame stack, ts[n-1] on top and each right below
+/// the next with nothing in between (checked through the frames' footers, so a frame
+/// made between two children, a parent resumed on another thread than its children's,
+/// or a frame from the free lists all fail the check). Then the stack top goes down to
+/// ts[0]'s start and it returns true: the frames are gone, the tasks must not destroy
+/// them again. Otherwise it returns false, nothing changed, and the tasks' destructors
+/// free the frames one by one.
+template <class T, class Range>
+WEFT_INLINE bool release_joined_frames(Range& ts) noexcept {
+  if constexpr (!WEFT_SANITIZED && k_plain_result<T>) {
+    const std::size_t n = std::size(ts);
+    if (n == 0) return false;
+    frame_stack& s = t_frame_cache.m_stack;
+    std::uintptr_t top = s.m_top;
+    for (std::size_t i = n; i-- > 0;) {
+      const auto h = ts[i].handle();
+      if (!h.promise().m_plain_params) return false;
+      const auto start = reinterpret_cast<std::uintptr_t>(h.address());
+      // The frame right below `top` starts at top minus its stacked size, kept in its
+      // footer (with bit 0 set, never equal, once marked freed). top == 0: no stack.
+      if (start >= top || footer_ending_at(top).load(std::memory_order_relaxed) != top - start) return false;
+      top = start;
+    }
+    // As frame_stack_pop: when the frame below was marked freed, the slow path pops it.
+    if ((footer_ending_at(top).load(std::memory_order_acquire) & 1) != 0) return false;
+    s.m_top = top;
+    return true;
+  } else {
+    return false;
+  }
 }
 
 /// Runs awaited-mode task `h` inline, keeping its result in its frame.

@@ -12,7 +12,8 @@
 //   100,000 frames cost 51 or 135 ns a frame instead of 11-12 (1 thread). Past 16 MiB
 //   (~100,000 small frames) that is still so. A frame freed while it is its thread's
 //   top frame (the usual case: a child ends before the parent that made it) pops the
-//   top back. A frame freed out of that order, on its own thread or another, is only
+//   top back (spawn_many pops a run of finished children at once, checking each one's
+//   place through the footers: release_joined_frames in weft/detail/bulk.hpp). A frame freed out of that order, on its own thread or another, is only
 //   marked freed in its footer (a release store); the owner pops marked frames when its
 //   top comes back down to them, or when the stack is full (frame_stack_trim), so
 //   nothing is lost, only reused later.
