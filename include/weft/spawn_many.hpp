@@ -53,8 +53,11 @@ class [[nodiscard]] bulk_join_op {
   /// it would only free the frames again), else one by one (the tasks' destructors).
   WEFT_INLINE ~bulk_join_op() {
     if (m_joined && release_joined_frames<T>(m_ts)) {
-      if constexpr (!std::is_same_v<Storage, std::vector<task<T>>>) return;
-      for (auto& t : m_ts) (void)t.release();  // the vector's buffer still goes
+      if constexpr (!std::is_same_v<Storage, std::vector<task<T>>>) {
+        return;
+      } else {
+        for (auto& t : m_ts) (void)t.release();  // the vector's buffer still goes
+      }
     }
     std::destroy_at(&m_ts);
   }

@@ -72,7 +72,8 @@ void fork_bulk(std::size_t n, At at, bool chain) {
 
 /// Whether a finished task<T>'s result may be left in its frame undestroyed.
 template <class T>
-inline constexpr bool k_plain_result = std::is_void_v<T> || std::is_reference_v<T> || std::is_trivially_destructible_v<T>;
+inline constexpr bool k_plain_result =
+    std::is_void_v<T> || std::is_reference_v<T> || std::is_trivially_destructible_v<T>;
 
 /// Frees the frames of joined tasks `ts` (all finished, results taken, no exception) in
 /// one step, without a destroy() call each, where that is all destroy() would do: the
