@@ -90,6 +90,7 @@ class [[nodiscard]] bulk_join_op {
 
   /// The results in input order, or the lowest-index exception.
   auto await_resume() {
+    if (std::size(m_ts) == 0) return decltype(collect<T>(m_ts))();  // nothing ran, nothing to free
     m_joined = true;
     try {
       return collect<T>(m_ts);  // constructed in place

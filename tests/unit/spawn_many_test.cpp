@@ -327,6 +327,12 @@ TEMPLATE_LIST_TEST_CASE("spawn_many: void tasks all run", "[spawn_many]", weft_t
     co_await weft::spawn_many(std::move(ts));
     std::array<weft::task<void>, 2> pair{increment(count), increment(count)};
     co_await weft::spawn_many(std::move(pair));
+    // No children at all: ready at once, in every form.
+    co_await weft::spawn_many(std::vector<weft::task<void>>{});
+    co_await weft::spawn_many(std::array<weft::task<void>, 0>{});
+    co_await weft::spawn_many<4>(0, [&count](std::size_t) { return increment(count); });
+    auto none = co_await weft::spawn_many(std::array<weft::task<int>, 0>{});
+    static_assert(std::is_same_v<decltype(none), std::array<int, 0>>);
   }(n));
   CHECK(n == 66);
 }
