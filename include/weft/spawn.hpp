@@ -62,7 +62,7 @@ class [[nodiscard]] fork_handle {
     /// Takes the child's result and frees its frame (the handle becomes empty): its
     /// value, or its exception rethrown. (await_ready and await_suspend are the join
     /// protocol's: weft/detail/fork.hpp.)
-    WEFT_INLINE decltype(auto) await_resume() { return detail::take_and_free(std::exchange(m_self->m_h, {})); }
+    WEFT_INLINE decltype(auto) await_resume() { return detail::take_and_free<T>(std::exchange(m_self->m_h, {})); }
   };
 
   /// Waits for the child; its value, or its exception rethrown.
@@ -148,7 +148,7 @@ class [[nodiscard]] spawn_op {
       return detail::join_awaiter{m_h}.await_suspend(c);
     }
     /// The child's result (its exception rethrown); its frame is freed either way.
-    WEFT_INLINE decltype(auto) await_resume() { return detail::take_and_free(std::exchange(m_h, {})); }
+    WEFT_INLINE decltype(auto) await_resume() { return detail::take_and_free<T>(std::exchange(m_h, {})); }
   };
 
   WEFT_INLINE handle_type fork_raw() {

@@ -45,7 +45,7 @@ struct promise_base {
   completion m_mode = completion::awaited;
   std::uint8_t m_prio = 0;        // priority it was queued at (forked/detached)
   std::uint8_t m_parent_prio = 0;  // the parent's priority, restored when it resumes
-  bool m_plain_params = false;  // no parameter needs a destructor (see release_joined_frames)
+  bool m_plain_params = false;  // no parameter needs a destructor (see pop_finished_frame)
 
   static void* operator new(std::size_t n) { return allocate_frame(n); }
   static void operator delete(void* p, std::size_t n) noexcept { deallocate_frame(p, n); }
@@ -185,6 +185,48 @@ struct promise_returns<void> : promise_base {
 
 [[noreturn]] void throw_bad_await(const char* what);  // src/task.cpp
 
+/// Whether a finished task<T>'s result may be left in its frame undestroyed (for void
+/// and references: when it holds no exception).
+template <class T>
+inline constexpr bool k_plain_result =
+    std::is_void_v<T> || std::is_reference_v<T> || std::is_trivially_destructible_v<T>;
+
+/// Frees the frame of finished task `h` (result taken, no exception in it) by popping
+/// it off this thread's frame stack, without the destroy() call, where that is all
+/// destroy() would do: the result and the parameters need no destructor (k_plain_result,
+/// m_plain_params; nothing else is alive at the final suspend point) and the frame is
+/// the stack's top (checked through its footer: its size is the compiler's, unknown
+/// here), with the frame below not marked freed. Then true; else false, nothing changed.
+template <class T>
+WEFT_INLINE bool pop_finished_frame(std::coroutine_handle<typename task<T>::promise_type> h) noexcept {
+  if constexpr (!WEFT_SANITIZED && k_plain_result<T>) {
+    if (!h.promise().m_plain_params) return false;
+    frame_stack& s = t_frame_cache.m_stack;
+    const auto start = reinterpret_cast<std::uintptr_t>(h.address());
+    if (!frame_ends_at(start, s.m_top)) return false;
+    // As frame_stack_pop: when the frame below was marked freed, the slow path pops it.
+    if ((footer_ending_at(start).load(std::memory_order_acquire) & 1) != 0) return false;
+    s.m_top = start;
+    return true;
+  } else {
+    return false;
+  }
+}
+
+/// The result of finished task `h` (its value moved out, or its exception rethrown);
+/// the frame is freed either way, after the value left it (popped off the frame stack
+/// when it can be, see pop_finished_frame).
+template <class T>
+WEFT_INLINE decltype(auto) take_and_free(std::coroutine_handle<typename task<T>::promise_type> h) {
+  struct release_frame {
+    std::coroutine_handle<typename task<T>::promise_type> h;
+    WEFT_INLINE ~release_frame() {
+      if (h.promise().m_result.has_error() || !pop_finished_frame<T>(h)) h.destroy();
+    }
+  } guard{h};
+  return guard.h.promise().m_result.take();
+}
+
 }  // namespace detail
 
 /// A lazy coroutine producing a T (or void, or a reference). Nothing runs until it is
@@ -274,17 +316,6 @@ class [[nodiscard]] task {
 };
 
 namespace detail {
-/// The result of finished task `h` (its value moved out, or its exception rethrown);
-/// the frame is freed either way, after the value left it.
-template <class Promise>
-WEFT_INLINE decltype(auto) take_and_free(std::coroutine_handle<Promise> h) {
-  struct release_frame {
-    std::coroutine_handle<Promise> h;
-    WEFT_INLINE ~release_frame() { h.destroy(); }
-  } guard{h};
-  return guard.h.promise().m_result.take();
-}
-
 /// True for weft::task<T> (any T).
 template <class T>
 struct is_task : std::false_type {};

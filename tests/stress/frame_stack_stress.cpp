@@ -20,6 +20,7 @@
 
 namespace {
 
+using weft::detail::frame_ends_at;
 using weft::detail::frame_stack;
 using weft::detail::frame_stack_init;
 using weft::detail::frame_stack_pop;
@@ -112,6 +113,20 @@ TEST_CASE("frame stack: pops in stack order, marks out of order, reclaims marked
   REQUIRE(s.m_top == addr(c) + 192);
   REQUIRE_FALSE(frame_stack_pop(s, c, 192));  // the frame below is marked: slow path
   REQUIRE(frame_stack_release(&s, c, 192));
+  REQUIRE(s.m_top == empty_top);
+
+  // frame_ends_at (a frame's place found through the footers, its size unknown): true
+  // only for the frame that ends at the boundary asked about, not once marked freed.
+  a = frame_stack_push(s, 128);
+  c = frame_stack_push(s, 192);
+  REQUIRE(frame_ends_at(addr(c), s.m_top));
+  REQUIRE_FALSE(frame_ends_at(addr(a), s.m_top));
+  REQUIRE(frame_ends_at(addr(a), addr(c)));
+  REQUIRE_FALSE(frame_ends_at(addr(c) + 64, s.m_top));  // inside the top frame
+  REQUIRE_FALSE(frame_ends_at(addr(c), 0));              // no stack
+  REQUIRE(frame_stack_release(&s, a, 128));              // marked: bit 0 of its footer
+  REQUIRE_FALSE(frame_ends_at(addr(a), addr(c)));
+  free_frame(&s, c, 192);
   REQUIRE(s.m_top == empty_top);
 
   // A frame freed by another thread (no stack of its own there) is marked the same way.

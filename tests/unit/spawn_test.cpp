@@ -10,10 +10,12 @@
 #include "executors.hpp"
 #include "sync.hpp"
 
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <numeric>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -208,6 +210,97 @@ TEMPLATE_LIST_TEST_CASE("spawn: fork then co_await the handle", "[spawn]", weft_
     CHECK(n == 2);
   }
   SECTION("fib(20)") { CHECK(weft::sync_wait(pool, fib(20)) == 6765); }
+}
+
+weft::task<int> value_held(int v, tracker) { co_return v; }
+weft::task<std::string> text_of(std::size_t n) { co_return std::string(n, 'y'); }  // n > 15: on the heap
+// A frame of some 450 bytes, far bigger than value_of's.
+weft::task<int> sum_of(std::array<int, 100> v) { co_return std::accumulate(v.begin(), v.end(), 0); }
+struct tracked_error : std::runtime_error {
+  explicit tracked_error(std::atomic<int>& live) : std::runtime_error("tracked"), m_t(live) {}
+  tracker m_t;
+};
+weft::task<int> throws_tracked(std::atomic<int>& live) {
+  throw tracked_error(live);
+  co_return 0;
+}
+
+// After a join (co_await of a handle or of spawn(...)) the child's frame is popped off
+// the thread's frame stack when it is the top and nothing in it needs a destructor
+// (weft/task.hpp, pop_finished_frame); these are the cases where it must not be, or
+// where more than the frame must go.
+TEMPLATE_LIST_TEST_CASE("spawn: a joined child's frame is freed exactly once, other frames kept", "[spawn]",
+                        weft_test::all_executors) {
+  auto pool = TestType::make();
+
+  SECTION("joins out of order, with frames made between the children") {
+    auto r = weft::sync_wait(pool, []() -> weft::task<long> {
+      long total = 0;
+      for (int i = 0; i < 2000; ++i) {
+        auto a = weft::spawn(value_of(i)).fork();
+        auto later = value_of(3 * i);  // a frame above a's, alive past both joins
+        auto b = weft::spawn(value_of(2 * i)).fork();
+        const int x = co_await a;  // not the top: b and later lie above it
+        std::array<int, 100> ones;
+        ones.fill(1);
+        // A frame made now would cover `later` and b if a's had been popped.
+        const int w = co_await weft::spawn(sum_of(ones));
+        const int y = co_await b;  // the top, but the frame below it is `later`'s
+        const int z = co_await weft::spawn(value_of(5 * i));  // the top: popped
+        total += x + y + z + w + co_await std::move(later);
+      }
+      co_return total;
+    }());
+    CHECK(r == 11L * (1999L * 2000L / 2) + 100L * 2000L);
+  }
+  SECTION("parameters with a destructor are destroyed") {
+    std::atomic<int> live{0};
+    auto sum = weft::sync_wait(pool, [](std::atomic<int>& n) -> weft::task<int> {
+      int total = 0;
+      for (int i = 0; i < 100; ++i) {
+        auto h = weft::spawn(value_held(i, tracker{n})).fork();
+        total += co_await weft::spawn(value_held(1, tracker{n}));
+        total += co_await h;
+      }
+      co_return total;
+    }(live));
+    CHECK(sum == 100 + 99 * 100 / 2);
+    CHECK(live == 0);
+  }
+  SECTION("results with a destructor") {
+    auto n = weft::sync_wait(pool, []() -> weft::task<std::size_t> {
+      std::size_t total = 0;
+      for (std::size_t i = 0; i < 100; ++i) {
+        auto h = weft::spawn(text_of(40 + i)).fork();
+        total += (co_await weft::spawn(text_of(20))).size();
+        total += (co_await h).size();
+      }
+      co_return total;
+    }());
+    CHECK(n == 100 * 20 + 100 * 40 + 99 * 100 / 2);
+  }
+  SECTION("a join that throws frees the frame and its exception") {
+    std::atomic<int> live{0};
+    auto caught = weft::sync_wait(pool, [](std::atomic<int>& n) -> weft::task<int> {
+      int count = 0;
+      for (int i = 0; i < 100; ++i) {
+        auto h = weft::spawn(throws_tracked(n)).fork();
+        try {
+          (void)co_await h;
+        } catch (const tracked_error&) {
+          ++count;
+        }
+        try {
+          (void)co_await weft::spawn(throws_tracked(n));
+        } catch (const tracked_error&) {
+          ++count;
+        }
+      }
+      co_return count + co_await weft::spawn(value_of(1));
+    }(live));
+    CHECK(caught == 201);
+    CHECK(live == 0);  // no exception left behind in a frame
+  }
 }
 
 TEMPLATE_LIST_TEST_CASE("fork_handle: state and misuse", "[spawn]", weft_test::all_executors) {

@@ -70,11 +70,6 @@ void fork_bulk(std::size_t n, At at, bool chain) {
   if (n > 0 && d.share_requested() && d.worth_sharing()) on_work_available(*w, d);
 }
 
-/// Whether a finished task<T>'s result may be left in its frame undestroyed.
-template <class T>
-inline constexpr bool k_plain_result =
-    std::is_void_v<T> || std::is_reference_v<T> || std::is_trivially_destructible_v<T>;
-
 /// Frees the frames of joined tasks `ts` (all finished, results taken, no exception) in
 /// one step, without a destroy() call each, where that is all destroy() would do: the
 /// result needs no destructor (k_plain_result<T>), nor do the parameters (each promise's
@@ -97,9 +92,7 @@ WEFT_INLINE bool release_joined_frames(Range& ts) noexcept {
       const auto h = ts[i].handle();
       if (!h.promise().m_plain_params) return false;
       const auto start = reinterpret_cast<std::uintptr_t>(h.address());
-      // The frame right below `top` starts at top minus its stacked size, kept in its
-      // footer (with bit 0 set, never equal, once marked freed). top == 0: no stack.
-      if (start >= top || footer_ending_at(top).load(std::memory_order_relaxed) != top - start) return false;
+      if (!frame_ends_at(start, top)) return false;
       top = start;
     }
     // As frame_stack_pop: when the frame below was marked freed, the slow path pops it.

@@ -12,8 +12,10 @@
 //   100,000 frames cost 51 or 135 ns a frame instead of 11-12 (1 thread). Past 16 MiB
 //   (~100,000 small frames) that is still so. A frame freed while it is its thread's
 //   top frame (the usual case: a child ends before the parent that made it) pops the
-//   top back (spawn_many pops a run of finished children at once, checking each one's
-//   place through the footers: release_joined_frames in weft/detail/bulk.hpp). A frame
+//   top back (a joined child whose size the joiner does not know is checked through
+//   the footers, and spawn_many pops a run of finished children at once that way:
+//   pop_finished_frame in weft/task.hpp, release_joined_frames in
+//   weft/detail/bulk.hpp). A frame
 //   freed out of that order, on its own thread or another, is only marked freed in its
 //   footer (a release store); the owner pops marked frames when its top comes back down
 //   to them, or when the stack is full (frame_stack_trim), so nothing is lost, only
@@ -99,6 +101,16 @@ WEFT_INLINE void* frame_stack_push(frame_stack& s, std::size_t size) noexcept {
   s.m_top = next;
   footer_ending_at(next).store(size, std::memory_order_relaxed);
   return reinterpret_cast<void*>(top);
+}
+
+/// Whether the frame starting at `start` is the one that ends at `end`, a frame
+/// boundary of a stack (its top, or the start of a frame on it): its footer holds its
+/// stacked size, start to end (not yet marked freed). A frame anywhere else (the free
+/// lists, ::operator new, another place on a stack) fails, as two live frames never
+/// share a start. Owner of the stack only.
+WEFT_INLINE bool frame_ends_at(std::uintptr_t start, std::uintptr_t end) noexcept {
+  // end == 0 (no stack) fails the first test.
+  return start < end && footer_ending_at(end).load(std::memory_order_relaxed) == end - start;
 }
 
 /// Owner, fast path: pops frame `p` (`size` bytes) if it is the top of `s` and the
