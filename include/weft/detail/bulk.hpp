@@ -56,6 +56,7 @@ void fork_bulk(std::size_t n, At at, bool chain) {
     return;
   }
   split_deque& d = w->m_deques[prio];
+  void** const base = d.put_base();
   void* previous = nullptr;  // children are joined newest first: i is joined right after i + 1
   for (std::size_t i = 0; i < n; ++i) {
     auto [p, h] = at(i);
@@ -64,7 +65,7 @@ void fork_bulk(std::size_t n, At at, bool chain) {
     p->m_parent_prio = static_cast<std::uint8_t>(prio);
     if (chain) p->m_next_join = previous;
     previous = h.address();
-    d.put(static_cast<std::uint32_t>(i), h.address());  // room checked above
+    split_deque::put(base, i, h.address());  // room checked above
   }
   d.commit(static_cast<std::uint32_t>(n));
   if (n > 0 && d.share_requested() && d.worth_sharing()) on_work_available(*w, d);

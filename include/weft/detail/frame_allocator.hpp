@@ -12,14 +12,13 @@
 //   100,000 frames cost 51 or 135 ns a frame instead of 11-12 (1 thread). Past 16 MiB
 //   (~100,000 small frames) that is still so. A frame freed while it is its thread's
 //   top frame (the usual case: a child ends before the parent that made it) pops the
-//   top back (a joined child whose size the joiner does not know is checked through
-//   the footers, and spawn_many pops a run of finished children at once that way:
-//   pop_finished_frame in weft/task.hpp, release_joined_frames in
-//   weft/detail/bulk.hpp). A frame
-//   freed out of that order, on its own thread or another, is only marked freed in its
-//   footer (a release store); the owner pops marked frames when its top comes back down
-//   to them, or when the stack is full (frame_stack_trim), so nothing is lost, only
-//   reused later.
+//   top back (a joined child, whose size its joiner does not know, is found on top
+//   through the footers, and spawn_many pops a run of finished children at once that
+//   way: pop_finished_frame in weft/task.hpp, release_joined_frames in
+//   weft/detail/bulk.hpp). A frame freed out of that order, on its own thread or
+//   another, is only marked freed in its footer (a release store); the owner pops
+//   marked frames when its top comes back down to them, or when the stack is full
+//   (frame_stack_trim), so nothing is lost, only reused later.
 //   Why a stack and not a free list: taking a frame from a list needs the list head
 //   and then a load from that frame (its `next`, just written by the free before), two
 //   dependent loads per allocation; a bump pointer is one. Fork-join code allocates and

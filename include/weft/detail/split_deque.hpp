@@ -40,6 +40,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <new>
@@ -75,10 +76,14 @@ class split_deque {
     return true;
   }
 
-  /// Owner only, bulk push: writes `item` i places above the bottom. The caller checked
-  /// free_slots() >= n for the n items it puts, and then calls commit(n).
-  WEFT_INLINE void put(std::uint32_t i, void* item) noexcept {
-    slot(m_bottom_local + i).store(item, std::memory_order_relaxed);  // published by share()'s release CAS
+  /// Owner only, bulk push: where the next items go. The caller checked free_slots() >=
+  /// n, writes the n items with put(base, i, item) (i places above the bottom), then
+  /// calls commit(n). The base is a value, so a loop of puts reloads nothing that its
+  /// other stores might have changed.
+  WEFT_INLINE void** put_base() const noexcept { return m_slots + m_bottom_local; }
+  /// Owner only: writes `item` i places above `base` (from put_base()).
+  static WEFT_INLINE void put(void** base, std::size_t i, void* item) noexcept {
+    std::atomic_ref<void*>(base[i]).store(item, std::memory_order_relaxed);  // published by share()'s release CAS
   }
   /// Owner only: the n items put() wrote become the newest private items.
   WEFT_INLINE void commit(std::uint32_t n) noexcept { m_bottom_local += n; }
