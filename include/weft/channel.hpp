@@ -253,7 +253,10 @@ class channel {
       done += k;
       std::advance(first, k);
       if (done == n) break;
-      if (!co_await push(*first)) break;  // full (or closed): wait for room for one
+      // Full (or closed): wait for room for one. The result is named first: g++-12.2
+      // can lay out a frame wrongly around `if (co_await ...)` (README, requirements).
+      const bool pushed = co_await push(*first);
+      if (!pushed) break;
       ++done;
       ++first;
     }

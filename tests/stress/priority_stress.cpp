@@ -91,7 +91,10 @@ weft::task<unsigned> busy_fib(unsigned n) {
 // Returns whether it was stopped (false: it gave up at the time limit).
 weft::task<bool> compute_until(std::atomic<bool>& stop, std::chrono::steady_clock::time_point limit) {
   while (!stop.load(std::memory_order_acquire)) {
-    if (co_await busy_fib(12) != 144) co_return false;
+    // The value first: g++-12.2 miscompiles `if (co_await x != v) co_return ...;` (the
+    // condition's frame slot lands at offset 0 of the coroutine frame; the test hung).
+    const unsigned got = co_await busy_fib(12);
+    if (got != 144) co_return false;
     if (std::chrono::steady_clock::now() > limit) co_return false;
   }
   co_return true;
