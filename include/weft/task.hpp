@@ -203,11 +203,7 @@ WEFT_INLINE bool pop_finished_frame(std::coroutine_handle<typename task<T>::prom
     if (!h.promise().m_plain_params) return false;
     frame_stack& s = t_frame_cache.m_stack;
     const auto start = reinterpret_cast<std::uintptr_t>(h.address());
-    if (!frame_ends_at(start, s.m_top)) return false;
-    // As frame_stack_pop: when the frame below was marked freed, the slow path pops it.
-    if ((footer_ending_at(start).load(std::memory_order_acquire) & 1) != 0) return false;
-    s.m_top = start;
-    return true;
+    return frame_ends_at(start, s.m_top) && frame_stack_cut(s, start);
   } else {
     return false;
   }

@@ -22,6 +22,7 @@ namespace {
 
 using weft::detail::frame_ends_at;
 using weft::detail::frame_stack;
+using weft::detail::frame_stack_cut;
 using weft::detail::frame_stack_init;
 using weft::detail::frame_stack_pop;
 using weft::detail::frame_stack_push;
@@ -127,6 +128,20 @@ TEST_CASE("frame stack: pops in stack order, marks out of order, reclaims marked
   REQUIRE(frame_stack_release(&s, a, 128));              // marked: bit 0 of its footer
   REQUIRE_FALSE(frame_ends_at(addr(a), addr(c)));
   free_frame(&s, c, 192);
+  REQUIRE(s.m_top == empty_top);
+
+  // frame_stack_cut: frees every frame from a start to the top at once, unless the
+  // frame below that start is marked freed.
+  a = frame_stack_push(s, 128);
+  c = frame_stack_push(s, 192);
+  d = frame_stack_push(s, 64);
+  REQUIRE(frame_stack_cut(s, addr(c)));  // c and d
+  REQUIRE(s.m_top == addr(c));
+  c = frame_stack_push(s, 192);
+  REQUIRE(frame_stack_release(&s, a, 128));  // a marked
+  REQUIRE_FALSE(frame_stack_cut(s, addr(c)));
+  REQUIRE(s.m_top == addr(c) + 192);
+  free_frame(&s, c, 192);  // pops c, then the marked a
   REQUIRE(s.m_top == empty_top);
 
   // A frame freed by another thread (no stack of its own there) is marked the same way.

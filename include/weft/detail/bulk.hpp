@@ -96,10 +96,7 @@ WEFT_INLINE bool release_joined_frames(Range& ts) noexcept {
       if (!frame_ends_at(start, top)) return false;
       top = start;
     }
-    // As frame_stack_pop: when the frame below was marked freed, the slow path pops it.
-    if ((footer_ending_at(top).load(std::memory_order_acquire) & 1) != 0) return false;
-    s.m_top = top;
-    return true;
+    return frame_stack_cut(s, top);
   } else {
     return false;
   }

@@ -112,6 +112,17 @@ WEFT_INLINE bool frame_ends_at(std::uintptr_t start, std::uintptr_t end) noexcep
   return start < end && footer_ending_at(end).load(std::memory_order_relaxed) == end - start;
 }
 
+/// Owner, fast path: frees at once every frame from `start` to the top (the caller
+/// found through the footers that these are exactly the frames it frees), unless the
+/// frame below `start` was marked freed (the slow path pops that one too): then false,
+/// nothing changed.
+WEFT_INLINE bool frame_stack_cut(frame_stack& s, std::uintptr_t start) noexcept {
+  // acquire: pairs with frame_stack_release's marking store (its thread is done with it).
+  if ((footer_ending_at(start).load(std::memory_order_acquire) & 1) != 0) return false;
+  s.m_top = start;
+  return true;
+}
+
 /// Owner, fast path: pops frame `p` (`size` bytes) if it is the top of `s` and the
 /// frame below it is not marked freed; else false and nothing changed.
 WEFT_INLINE bool frame_stack_pop(frame_stack& s, void* p, std::size_t size) noexcept {
