@@ -127,11 +127,7 @@ WEFT_INLINE bool frame_stack_cut(frame_stack& s, std::uintptr_t start) noexcept 
 /// frame below it is not marked freed; else false and nothing changed.
 WEFT_INLINE bool frame_stack_pop(frame_stack& s, void* p, std::size_t size) noexcept {
   const auto start = reinterpret_cast<std::uintptr_t>(p);
-  if (start + size != s.m_top) return false;
-  // acquire: pairs with frame_stack_release's marking store (its thread is done with it).
-  if ((footer_ending_at(start).load(std::memory_order_acquire) & 1) != 0) return false;
-  s.m_top = start;
-  return true;
+  return start + size == s.m_top && frame_stack_cut(s, start);
 }
 
 /// Any thread, frame `p` (`size` bytes) is freed. Returns false when `p` is not a
