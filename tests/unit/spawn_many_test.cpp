@@ -3,6 +3,7 @@
 #include <weft/spawn_many.hpp>
 
 #include <weft/pool.hpp>
+#include <weft/resume_on.hpp>
 #include <weft/sync_wait.hpp>
 
 #include <catch2/catch.hpp>
@@ -408,23 +409,51 @@ TEMPLATE_LIST_TEST_CASE("spawn_many: the generator forms, exceptions", "[spawn_m
     CHECK(live == 0);
   }
   SECTION("gen returns an empty task: std::logic_error before anything runs") {
-    for (const bool bounded : {false, true}) {  // spawn_many(n, gen) and spawn_many<N>(n, gen)
-      auto r = weft::sync_wait(pool, [](std::atomic<int>& runs, bool in_place) -> weft::task<bool> {
-        const auto gen = [&runs](std::size_t i) {
-          return i == 1 ? weft::task<int>{} : maybe_throws(static_cast<int>(i), false, runs);
-        };
-        try {
-          if (in_place) (void)co_await weft::spawn_many<6>(4, gen);
-          else (void)co_await weft::spawn_many(std::size_t{4}, gen);
-        } catch (const std::logic_error&) {
-          co_return true;
-        }
-        co_return false;
-      }(ran, bounded));
-      CHECK(r);
+    // 0: spawn_many(n, gen), 1: spawn_many<N>(n, gen), 2: spawn_many<N>(gen); the empty
+    // task first, in the middle, last.
+    for (const int form : {0, 1, 2}) {
+      for (const std::size_t empty_at : {0, 1, 3}) {
+        auto r = weft::sync_wait(pool, [](std::atomic<int>& runs, int f, std::size_t at) -> weft::task<bool> {
+          const auto gen = [&runs, at](std::size_t i) {
+            return i == at ? weft::task<int>{} : maybe_throws(static_cast<int>(i), false, runs);
+          };
+          try {
+            if (f == 1) (void)co_await weft::spawn_many<6>(4, gen);
+            else if (f == 2) (void)co_await weft::spawn_many<4>(gen);
+            else (void)co_await weft::spawn_many(std::size_t{4}, gen);
+          } catch (const std::logic_error&) {
+            co_return true;
+          }
+          co_return false;
+        }(ran, form, empty_at));
+        CHECK(r);
+      }
     }
     CHECK(ran == 0);
   }
+}
+
+// spawn_many's awaitable may be held and awaited later: its children, made on one
+// executor's thread, are forked where the co_await runs (here another executor, whose
+// threads cannot free the frames from their own frame stacks); one never awaited
+// destroys its children unstarted.
+TEMPLATE_LIST_TEST_CASE("spawn_many: generator forms awaited after moving to another executor", "[spawn_many]",
+                        weft_test::all_executors) {
+  auto pool = TestType::make();
+  weft::thread_pool other{{.threads = 2}};
+  auto r = weft::sync_wait(pool, [](weft::executor& there) -> weft::task<std::vector<int>> {
+    auto fixed = weft::spawn_many<5>([](std::size_t i) { return square(static_cast<int>(i)); });
+    auto bounded = weft::spawn_many<8>(std::size_t{3}, [](std::size_t i) { return square(static_cast<int>(i) + 5); });
+    auto vec = weft::spawn_many(std::size_t{4}, [](std::size_t i) { return square(static_cast<int>(i) + 10); });
+    auto unused = weft::spawn_many<3>([](std::size_t i) { return square(static_cast<int>(i)); });  // never awaited
+    co_await weft::resume_on(there);
+    std::vector<int> out;
+    for (int v : co_await std::move(vec)) out.push_back(v);
+    for (int v : co_await std::move(fixed)) out.push_back(v);
+    for (int v : co_await std::move(bounded)) out.push_back(v);
+    co_return out;
+  }(other));
+  CHECK(r == std::vector<int>{100, 121, 144, 169, 0, 1, 4, 9, 16, 25, 36, 49});
 }
 
 TEMPLATE_LIST_TEST_CASE("spawn_many: an empty task in the range throws std::logic_error", "[spawn_many]",
