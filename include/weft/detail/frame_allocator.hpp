@@ -91,15 +91,26 @@ inline void frame_stack_init(frame_stack& s, void* block, std::size_t bytes) noe
   s.m_end = base + bytes;
 }
 
-/// Owner: a frame of `size` (= stacked_size(n)) bytes from stack `s`, or nullptr
-/// when it has no room.
-WEFT_INLINE void* frame_stack_push(frame_stack& s, std::size_t size) noexcept {
+/// Owner: whether stack `s` has room for a frame of `size` (= stacked_size(n)) bytes
+/// (never for a thread without a stack: its m_top and m_end are 0).
+WEFT_INLINE bool frame_stack_fits(const frame_stack& s, std::size_t size) noexcept {
+  return s.m_top + size <= s.m_end;
+}
+
+/// Owner: a frame of `size` bytes from stack `s`, which has room (frame_stack_fits).
+WEFT_INLINE void* frame_stack_push_fitting(frame_stack& s, std::size_t size) noexcept {
   const std::uintptr_t top = s.m_top;
   const std::uintptr_t next = top + size;
-  if (next > s.m_end) [[unlikely]] return nullptr;
   s.m_top = next;
   footer_ending_at(next).store(size, std::memory_order_relaxed);
   return reinterpret_cast<void*>(top);
+}
+
+/// Owner: a frame of `size` (= stacked_size(n)) bytes from stack `s`, or nullptr
+/// when it has no room.
+WEFT_INLINE void* frame_stack_push(frame_stack& s, std::size_t size) noexcept {
+  if (!frame_stack_fits(s, size)) [[unlikely]] return nullptr;
+  return frame_stack_push_fitting(s, size);
 }
 
 /// Whether the frame starting at `start` is the one that ends at `end`, a frame
@@ -191,7 +202,10 @@ WEFT_INLINE void* allocate_frame(std::size_t n) {
     return ::operator new(n, k_frame_alignment);
   } else {
     if (stacked_size(n) > k_max_frame) return ::operator new(n, k_frame_alignment);
-    if (void* p = frame_stack_push(t_frame_cache.m_stack, stacked_size(n))) [[likely]] return p;
+    // Not frame_stack_push: its nullptr would be tested again here (a frame's address
+    // is never 0, but the compiler cannot know): 2 instructions a frame.
+    frame_stack& s = t_frame_cache.m_stack;
+    if (frame_stack_fits(s, stacked_size(n))) [[likely]] return frame_stack_push_fitting(s, stacked_size(n));
     return allocate_frame_slow_pm(frame_class(n));
   }
 }
