@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <deque>
@@ -99,6 +100,11 @@ std::uint32_t clamp_len(std::size_t len) noexcept {
 
 }  // namespace
 
+std::uint64_t new_socket_id() noexcept {
+  static std::atomic<std::uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);  // only uniqueness matters
+}
+
 io_result byte_result(const uring_op& op, bool zero_is_eof) noexcept {
   if (op.m_res < 0) return {failure(op), 0};
   if (op.m_res == 0 && zero_is_eof) return {make_error_code(error::eof), 0};
@@ -112,18 +118,22 @@ std::error_code status_result(const uring_op& op) noexcept {
 
 // ---- read_some / write_some / write_all --------------------------------------------------
 
-transfer_awaitable::transfer_awaitable(uring_context& ctx, op_kind kind, int fd, void* buf, std::size_t len) noexcept
+transfer_awaitable::transfer_awaitable(uring_context& ctx, op_kind kind, int fd, std::uint64_t socket, void* buf,
+                                       std::size_t len) noexcept
     : uring_awaitable(ctx) {
   m_op.m_kind = kind;
   m_op.m_fd = fd;
+  m_op.m_socket = socket;
   m_op.m_buf = buf;
   m_op.m_len = clamp_len(len);
 }
 
-write_all_awaitable::write_all_awaitable(uring_context& ctx, int fd, const void* buf, std::size_t len) noexcept
+write_all_awaitable::write_all_awaitable(uring_context& ctx, int fd, std::uint64_t socket, const void* buf,
+                                         std::size_t len) noexcept
     : uring_awaitable(ctx), m_total(len) {
   m_op.m_kind = op_kind::send;
   m_op.m_fd = fd;
+  m_op.m_socket = socket;
   m_op.m_buf = const_cast<void*>(buf);
   m_op.m_len = clamp_len(len);
   m_op.m_on_cqe = &on_cqe;
@@ -173,6 +183,7 @@ bool connect_awaitable::await_suspend(std::coroutine_handle<> h) {
   m_stream->adopt(fd);
   m_op.m_kind = op_kind::connect;
   m_op.m_fd = fd;
+  m_op.m_socket = m_stream->socket_id();
   m_op.m_buf = m_to.data();
   m_op.m_len = m_to.size();
   return uring_awaitable::await_suspend(h);
@@ -320,15 +331,16 @@ void close_listener(void* p) {
 }
 
 /// tcp_stream::cancel from another thread: the queued call owns its node.
-struct fd_cancel {
+struct socket_cancel {
   loop_call m_call;
   int m_fd = -1;
+  std::uint64_t m_socket = 0;
   static void run(void* p) {
-    auto* self = static_cast<fd_cancel*>(p);
-    uring_impl::current()->cancel_fd(self->m_fd);
+    auto* self = static_cast<socket_cancel*>(p);
+    uring_impl::current()->cancel_socket(self->m_fd, self->m_socket);
     delete self;
   }
-  static void discard(void* p) { delete static_cast<fd_cancel*>(p); }
+  static void discard(void* p) { delete static_cast<socket_cancel*>(p); }
 };
 
 /// A listener closed from another thread once the loop had ended: its close never ran,
@@ -414,8 +426,10 @@ accept_result accept_awaitable::await_resume() const noexcept {
 tcp_stream& tcp_stream::operator=(tcp_stream&& o) noexcept {
   if (this != &o) {
     close();
-    m_ctx = o.m_ctx;
-    m_fd = std::exchange(o.m_fd, -1);
+    if (m_ctx != o.m_ctx) m_ctx = o.m_ctx;  // unwritten when equal: cancel() may read it meanwhile
+    // Identity before fd: a cancel() reading the pair in between sees no socket.
+    m_id.store(o.m_id.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    m_fd.store(o.m_fd.exchange(-1, std::memory_order_relaxed), std::memory_order_relaxed);
   }
   return *this;
 }
@@ -429,35 +443,41 @@ detail::connect_awaitable tcp_stream::connect(std::string_view address, std::uin
 }
 
 std::error_code tcp_stream::shutdown(int how) noexcept {
-  if (m_fd < 0) return std::make_error_code(std::errc::bad_file_descriptor);
-  if (::shutdown(m_fd, how) != 0) return {errno, std::system_category()};
+  const int fd = native_handle();
+  if (fd < 0) return std::make_error_code(std::errc::bad_file_descriptor);
+  if (::shutdown(fd, how) != 0) return {errno, std::system_category()};
   return {};
 }
 
 void tcp_stream::cancel() {
-  if (m_fd < 0) return;
+  // Either order of these two loads names one socket or none: an identity maps to one
+  // fd, and the loop ignores a pair whose fd has since carried another socket's operations.
+  const std::uint64_t id = socket_id();
+  const int fd = native_handle();
+  if (fd < 0 || id == 0) return;
   if (m_ctx->owns_current_thread()) {
-    detail::uring_impl::current()->cancel_fd(m_fd);
+    detail::uring_impl::current()->cancel_socket(fd, id);
     return;
   }
-  auto* c = new detail::fd_cancel;  // std::bad_alloc leaves nothing queued
-  c->m_fd = m_fd;
-  c->m_call.m_fn = &detail::fd_cancel::run;
+  auto* c = new detail::socket_cancel;  // std::bad_alloc leaves nothing queued
+  c->m_fd = fd;
+  c->m_socket = id;
+  c->m_call.m_fn = &detail::socket_cancel::run;
   c->m_call.m_arg = c;
-  c->m_call.m_discard = &detail::fd_cancel::discard;
+  c->m_call.m_discard = &detail::socket_cancel::discard;
   m_ctx->impl().post_call(c->m_call);
 }
 
 void tcp_stream::close() noexcept {
-  if (m_fd < 0) return;
-  ::shutdown(m_fd, SHUT_RDWR);  // ends reads still in flight (they hold the file open)
-  ::close(m_fd);
-  m_fd = -1;
+  const int fd = m_fd.exchange(-1, std::memory_order_relaxed);
+  if (fd < 0) return;
+  ::shutdown(fd, SHUT_RDWR);  // ends reads still in flight (they hold the file open)
+  ::close(fd);
 }
 
 std::error_code tcp_stream::set_no_delay(bool on) noexcept {
   const int v = on ? 1 : 0;
-  if (::setsockopt(m_fd, IPPROTO_TCP, TCP_NODELAY, &v, sizeof v) != 0) return {errno, std::system_category()};
+  if (::setsockopt(native_handle(), IPPROTO_TCP, TCP_NODELAY, &v, sizeof v) != 0) return {errno, std::system_category()};
   return {};
 }
 

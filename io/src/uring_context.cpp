@@ -23,10 +23,12 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <stdexcept>
 #include <string>
 
@@ -154,6 +156,7 @@ void uring_impl::prepare(uring_op& op) {
     case op_kind::custom: std::abort();  // started through m_start, never prepared
   }
   io_uring_sqe_set_data64(s, reinterpret_cast<std::uintptr_t>(&op));
+  if (op.m_socket != 0) note_socket(op.m_fd, op.m_socket);
   op.m_pending = 1;
   if (op.m_link_timeout) {
     s->flags |= IOSQE_IO_LINK;
@@ -164,7 +167,25 @@ void uring_impl::prepare(uring_op& op) {
   }
 }
 
-void uring_impl::cancel_fd(int fd) {
+void uring_impl::note_socket(int fd, std::uint64_t id) noexcept {
+  const auto at = static_cast<std::size_t>(fd);
+  if (at >= m_fd_socket.size()) [[unlikely]] {
+    try {
+      m_fd_socket.resize(std::max<std::size_t>(at + 1, 2 * m_fd_socket.size()));
+    } catch (const std::bad_alloc&) {
+      return;  // unrecorded: a cancel of this fd then goes ahead (see cancel_socket)
+    }
+  }
+  m_fd_socket[at] = id;
+}
+
+void uring_impl::cancel_socket(int fd, std::uint64_t id) {
+  // An operation is recorded here when it is prepared, and SQEs run in order, so if the
+  // fd's last recorded socket is not `id`, what is in flight on it is another socket's.
+  // Not recorded at all (no operation yet, or no memory to record it): nothing of
+  // another socket was started here on this fd since, or it could not be told apart.
+  const auto at = static_cast<std::size_t>(fd);
+  if (at < m_fd_socket.size() && m_fd_socket[at] != 0 && m_fd_socket[at] != id) return;
   io_uring_sqe* s = sqe();
   io_uring_prep_cancel_fd(s, fd, IORING_ASYNC_CANCEL_ALL);
   io_uring_sqe_set_data64(s, k_ignore_data);

@@ -35,8 +35,10 @@ class uring_impl {
   io_uring_sqe* sqe();
   /// Prepares op's SQE (and its linked timeout); its CQE resumes it.
   void prepare(uring_op& op);
-  /// Queues a fire-and-forget cancel of everything in flight on fd.
-  void cancel_fd(int fd);
+  /// Queues a fire-and-forget cancel of everything in flight on socket `id`'s fd `fd`,
+  /// unless the last operation this loop started on `fd` was another socket's (the
+  /// socket was closed and the number reused): then it does nothing.
+  void cancel_socket(int fd, std::uint64_t id);
   /// Runs an operation that was handed over from another thread.
   static void start_foreign(void* op);
   void push_ready(std::coroutine_handle<> h, unsigned prio) { m_ready[prio].push_back(h.address()); }
@@ -67,7 +69,11 @@ class uring_impl {
   void reap();
   void dispatch(std::uint64_t data, int res, unsigned flags);
 
+  void note_socket(int fd, std::uint64_t id) noexcept;
+
   io_uring m_ring{};
+  // By fd number: the socket identity of the last operation prepared on it (0: none).
+  std::vector<std::uint64_t> m_fd_socket;
   int m_eventfd = -1;
   std::uint64_t m_eventfd_value = 0;
   std::vector<std::deque<void*>> m_ready;  // loop thread: one queue per priority

@@ -12,6 +12,7 @@
 
 #include <sys/socket.h>
 
+#include <atomic>
 #include <chrono>
 #include <concepts>
 #include <cstddef>
@@ -74,11 +75,15 @@ namespace detail {
 io_result byte_result(const uring_op& op, bool zero_is_eof) noexcept;
 /// The error_code of a ring operation that yields nothing else.
 std::error_code status_result(const uring_op& op) noexcept;
+/// A new socket identity (never 0, never reused in the process): what tcp_stream::cancel
+/// names its target by, since a closed socket's fd number is soon another socket's.
+std::uint64_t new_socket_id() noexcept;
 
 /// read_some / write_some: one recv or send.
 class transfer_awaitable : public uring_awaitable {
  public:
-  transfer_awaitable(uring_context& ctx, op_kind kind, int fd, void* buf, std::size_t len) noexcept;
+  transfer_awaitable(uring_context& ctx, op_kind kind, int fd, std::uint64_t socket, void* buf,
+                     std::size_t len) noexcept;
   static constexpr bool k_linked_timeout_ok = true;  // with_timeout applies
   static constexpr bool k_cancel_ok = true;          // with_cancel applies
   io_result await_resume() const noexcept { return byte_result(m_op, m_op.m_kind == op_kind::recv && m_op.m_len > 0); }
@@ -87,7 +92,7 @@ class transfer_awaitable : public uring_awaitable {
 /// write_all: sends again after a partial send, on the loop thread, until all is sent.
 class write_all_awaitable : public uring_awaitable {
  public:
-  write_all_awaitable(uring_context& ctx, int fd, const void* buf, std::size_t len) noexcept;
+  write_all_awaitable(uring_context& ctx, int fd, std::uint64_t socket, const void* buf, std::size_t len) noexcept;
   bool await_suspend(std::coroutine_handle<> h);
   io_result await_resume() const noexcept;
 
@@ -117,16 +122,20 @@ struct listener_state;
 }  // namespace detail
 
 /// A connected TCP socket of a uring_context. Move-only; closes on destruction. One
-/// read and one write may be in flight at a time (from any threads); the other member
-/// functions must not race with each other. The context must outlive the stream.
+/// read and one write may be in flight at a time (from any threads); cancel() may be
+/// called from any thread at any time, also while the owner closes or reconnects the
+/// stream or moves another stream of the same context into it; the other member functions must not race with each other. The context
+/// must outlive the stream.
 class tcp_stream {
  public:
   /// A stream with no socket yet (connect() makes one).
   explicit tcp_stream(uring_context& ctx) noexcept : m_ctx(&ctx) {}
   /// Adopts a connected socket `fd` (closed by this stream).
-  tcp_stream(uring_context& ctx, int fd) noexcept : m_ctx(&ctx), m_fd(fd) {}
+  tcp_stream(uring_context& ctx, int fd) noexcept : m_ctx(&ctx) { adopt(fd); }
   /// Takes over `o`'s socket (same context); `o` is left without one.
-  tcp_stream(tcp_stream&& o) noexcept : m_ctx(o.m_ctx), m_fd(std::exchange(o.m_fd, -1)) {}
+  tcp_stream(tcp_stream&& o) noexcept
+      : m_ctx(o.m_ctx), m_fd(o.m_fd.exchange(-1, std::memory_order_relaxed)),
+        m_id(o.m_id.load(std::memory_order_relaxed)) {}
   /// Closes this stream's socket, if any (as close()), then takes over `o`'s socket and
   /// context; `o` is left without a socket.
   tcp_stream& operator=(tcp_stream&& o) noexcept;
@@ -143,22 +152,25 @@ class tcp_stream {
   /// Receives up to `len` bytes: {ec, n}; ec is error::eof when the peer closed its end,
   /// connection_reset when it reset the connection.
   detail::transfer_awaitable read_some(void* buf, std::size_t len) noexcept {
-    return {*m_ctx, detail::op_kind::recv, m_fd, buf, len};
+    return {*m_ctx, detail::op_kind::recv, native_handle(), socket_id(), buf, len};
   }
   /// Sends up to `len` bytes (one send; never raises SIGPIPE): {ec, n}.
   detail::transfer_awaitable write_some(const void* buf, std::size_t len) noexcept {
-    return {*m_ctx, detail::op_kind::send, m_fd, const_cast<void*>(buf), len};
+    return {*m_ctx, detail::op_kind::send, native_handle(), socket_id(), const_cast<void*>(buf), len};
   }
   /// Sends all `len` bytes (as many sends as it takes): {ec, bytes sent}.
   detail::write_all_awaitable write_all(const void* buf, std::size_t len) noexcept {
-    return {*m_ctx, m_fd, buf, len};
+    return {*m_ctx, native_handle(), socket_id(), buf, len};
   }
 
   /// shutdown(2): SHUT_RD, SHUT_WR or SHUT_RDWR. Synchronous; bad_file_descriptor when
   /// the stream has no socket.
   std::error_code shutdown(int how = SHUT_RDWR) noexcept;
-  /// Cancels the operations in flight on this socket (they end with
-  /// std::errc::operation_canceled). Thread-safe; asynchronous (handed to the loop).
+  /// Cancels the operations in flight on this stream's socket (they end with
+  /// std::errc::operation_canceled). Thread-safe, also against close(), a move or
+  /// connect() on the owner's thread: the request names the socket, not its fd number,
+  /// so it never reaches another socket that got the same number after this one was
+  /// closed (it then does nothing). Asynchronous (handed to the loop).
   /// Needs Linux 5.19 (IORING_ASYNC_CANCEL_FD): on older kernels it has no effect.
   void cancel();
   /// Closes the socket. Reads still in flight end (with eof): the socket is shut down
@@ -168,17 +180,26 @@ class tcp_stream {
   std::error_code set_no_delay(bool on) noexcept;
 
   /// True while the stream has a socket.
-  bool is_open() const noexcept { return m_fd >= 0; }
+  bool is_open() const noexcept { return native_handle() >= 0; }
   /// The socket's file descriptor, or -1; still owned by the stream.
-  int native_handle() const noexcept { return m_fd; }
+  int native_handle() const noexcept { return m_fd.load(std::memory_order_relaxed); }
   /// The uring_context its operations run on.
   uring_context& context() const noexcept { return *m_ctx; }
-  /// Not API: takes the socket made by connect().
-  void adopt(int fd) noexcept { m_fd = fd; }
+  /// Not API: takes the socket `fd` (connect() makes one; -1 gives it up unclosed) under
+  /// a new socket identity.
+  void adopt(int fd) noexcept {
+    m_id.store(fd >= 0 ? detail::new_socket_id() : 0, std::memory_order_relaxed);
+    m_fd.store(fd, std::memory_order_relaxed);
+  }
+  /// Not API: the identity of the socket it holds (0 without one).
+  std::uint64_t socket_id() const noexcept { return m_id.load(std::memory_order_relaxed); }
 
  private:
   uring_context* m_ctx;
-  int m_fd = -1;
+  // Atomic only for cancel() from other threads, which reads both (relaxed: a pair read
+  // across a change still names one socket or none, see uring_impl::cancel_socket).
+  std::atomic<int> m_fd{-1};
+  std::atomic<std::uint64_t> m_id{0};
 };
 
 /// What tcp_listener::accept() yields: `auto [ec, stream] = co_await listener.accept()`.

@@ -74,8 +74,9 @@ struct uring_op {
   bool m_timed_out = false;     // the linked timeout fired
   std::uint8_t m_pending = 0;   // completions still to come before the task resumes
   int m_fd = -1;
-  void* m_buf = nullptr;
   std::uint32_t m_len = 0;
+  std::uint64_t m_socket = 0;   // recv/send/connect: the stream's socket identity (tcp_stream::cancel)
+  void* m_buf = nullptr;
   int m_res = 0;                // the result: bytes, fd, or -errno
   std::int64_t m_ts[2] = {0, 0};  // seconds, nanoseconds (a __kernel_timespec)
   /// custom: runs on the loop thread; true when the operation completed right there
