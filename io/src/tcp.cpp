@@ -2,7 +2,10 @@
 //
 // The listener's accepts: one accept SQE (multishot where the kernel has it) stays in
 // flight while somebody waits; its connections go to the waiting accept() calls in
-// FIFO order, or into m_ready when nobody waits. All of listener_state is touched on
+// FIFO order, or into m_ready when nobody waits. m_ready is bounded (m_limit, the
+// listen backlog): when it fills, the multishot accept is cancelled, so connections
+// nobody asked for wait in the kernel's listen queue instead of taking an fd each here;
+// an accept() that finds m_ready empty arms it again. All of listener_state is touched on
 // the loop thread only (accept() from other threads is handed to the loop). close()
 // cancels the SQE; the state is freed by the accept's last CQE (the one without
 // IORING_CQE_F_MORE), so the kernel never writes into freed memory.
@@ -218,7 +221,9 @@ struct listener_state {
   int m_fd = -1;
   uring_op m_accept;  // the accept SQE in flight (multishot where the kernel has it)
   bool m_armed = false;
+  bool m_pausing = false;  // m_ready is full: the accept SQE is being cancelled
   bool m_closing = false;
+  std::size_t m_limit = 1;          // most connections m_ready holds (the listen backlog)
   std::deque<int> m_ready;          // accepted connections nobody waited for yet
   std::deque<uring_op*> m_waiters;  // accept() calls waiting, FIFO
   loop_call m_close_call;           // tcp_listener::close hands the close to the loop
@@ -241,6 +246,13 @@ void arm(listener_state& st) {
   st.m_accept.m_arg = &st;
   io_uring_sqe_set_data64(s, reinterpret_cast<std::uintptr_t>(&st.m_accept));
   st.m_armed = true;
+}
+
+void cancel_accept(listener_state& st) {
+  uring_impl& loop = *uring_impl::current();
+  io_uring_sqe* s = loop.sqe();
+  io_uring_prep_cancel64(s, reinterpret_cast<std::uintptr_t>(&st.m_accept), 0);
+  io_uring_sqe_set_data64(s, k_ignore_data);
 }
 
 void close_fds(listener_state* st) {
@@ -270,6 +282,12 @@ bool on_accept_cqe(uring_op& op, int res, unsigned flags) {
       wake->m_res = res;
     } else {
       st->m_ready.push_back(res);
+      // Full: stop taking connections (the kernel may still hand over a few it had
+      // accepted; they are kept, not dropped). The last CQE below ends the pause.
+      if (more && !st->m_pausing && st->m_ready.size() >= st->m_limit) {
+        st->m_pausing = true;
+        cancel_accept(*st);
+      }
     }
   } else if (!st->m_closing && !st->m_waiters.empty()) {
     wake = st->m_waiters.front();  // e.g. EMFILE: that accept() reports it
@@ -278,6 +296,7 @@ bool on_accept_cqe(uring_op& op, int res, unsigned flags) {
   }
   if (!more) {
     st->m_armed = false;
+    st->m_pausing = false;
     if (st->m_closing) {
       --uring_impl::current()->m_lingering;
       finalize(st);
@@ -310,11 +329,8 @@ void close_listener(void* p) {
   st->m_closing = true;
   const bool armed = st->m_armed;
   if (armed) {
-    uring_impl& loop = *uring_impl::current();
-    io_uring_sqe* s = loop.sqe();
-    io_uring_prep_cancel64(s, reinterpret_cast<std::uintptr_t>(&st->m_accept), 0);
-    io_uring_sqe_set_data64(s, k_ignore_data);
-    ++loop.m_lingering;  // freed by the accept's last CQE (on_accept_cqe); the loop waits for it
+    cancel_accept(*st);
+    ++uring_impl::current()->m_lingering;  // freed by the accept's last CQE (on_accept_cqe); the loop waits for it
   } else {
     close_fds(st);
   }
@@ -502,6 +518,7 @@ std::error_code tcp_listener::listen(const endpoint& at, int backlog) noexcept {
   }
   st->m_ctx = m_ctx;
   st->m_fd = fd;
+  st->m_limit = backlog > 0 ? static_cast<std::size_t>(backlog) : 1;
   m_state = st;
   return {};
 }

@@ -101,7 +101,11 @@ uring_impl::uring_impl(uring_context& owner, const uring_options& options)
   }
   m_enable_on_loop = r == 0 && (params.flags & IORING_SETUP_R_DISABLED) != 0;
   if (r < 0) throw uring_unavailable(std::error_code(-r, std::system_category()), unavailable_reason(-r));
-  m_multishot_accept = kernel_at_least(5, 19);
+  // Multishot accept (5.19) only with deferred task work (6.1): then the kernel accepts
+  // only while the loop waits in io_uring_enter, and a listener's cancel, submitted at
+  // the next enter, stops it before it accepts again; that is what bounds what a
+  // listener takes ahead of accept() calls (io/src/tcp.cpp).
+  m_multishot_accept = m_enable_on_loop && kernel_at_least(5, 19);
   m_eventfd = ::eventfd(0, EFD_CLOEXEC);
   if (m_eventfd < 0) {
     const int err = errno;

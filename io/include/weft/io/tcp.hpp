@@ -218,8 +218,9 @@ class accept_awaitable : public uring_awaitable {
 }  // namespace detail
 
 /// A listening TCP socket of a uring_context. Accepts with one multishot accept where
-/// the kernel has it (one SQE serves every connection; connections that arrive with
-/// nobody waiting are queued), else one accept per call. Move-only; closes on
+/// the kernel has it (uring_context::has_multishot_accept: one SQE serves every
+/// connection; connections that arrive with nobody waiting are queued, see listen()),
+/// else one accept per call. Move-only; closes on
 /// destruction. accept() may be awaited from several tasks at once, on any threads;
 /// listen() and close() must not race with other member calls (calling accept() counts;
 /// an accept already pending does not). The context must outlive it.
@@ -233,8 +234,14 @@ class tcp_listener {
   /// Closes the listener, if listening (as close()).
   ~tcp_listener() { close(); }
 
-  /// Binds to `at` (SO_REUSEADDR; port 0 picks a free port) and listens. Errors:
-  /// address_in_use, invalid_argument (empty endpoint), already_connected (listening).
+  /// Binds to `at` (SO_REUSEADDR; port 0 picks a free port) and listens with listen(2)'s
+  /// `backlog`. Back-pressure: once `backlog` connections (at least 1) are queued here
+  /// with nobody calling accept(), the listener stops accepting until accept() calls
+  /// have taken them all, and later clients wait in the kernel's listen queue. The
+  /// kernel may already have accepted one more batch (at most its listen queue, itself
+  /// at most backlog + 1): those are kept, never dropped, so a listener holds at most
+  /// 2 * backlog + 1 connections ahead of accept(). Errors: address_in_use,
+  /// invalid_argument (empty endpoint), already_connected (listening).
   std::error_code listen(const endpoint& at, int backlog = SOMAXCONN) noexcept;
   /// The bound address (its real port after listening on port 0).
   endpoint local_endpoint() const noexcept;

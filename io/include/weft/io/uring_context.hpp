@@ -128,8 +128,9 @@ class uring_context final : public executor {
   /// True on this context's loop thread. Thread-safe.
   bool owns_current_thread() const noexcept override;
 
-  /// True when this kernel supports multishot accept (one SQE, many connections):
-  /// Linux 5.19 or newer. Thread-safe.
+  /// True when listeners use multishot accept (one SQE, many connections): Linux 6.1 or
+  /// newer (multishot accept with deferred task work); else one accept per call.
+  /// Thread-safe.
   bool has_multishot_accept() const noexcept;
 
   /// Not API: starts `op`. On the loop thread it is prepared at once and may complete
