@@ -90,7 +90,11 @@ namespace detail {
 
 namespace {
 
-std::error_code errno_code(int err) noexcept { return {err, std::system_category()}; }
+// ECANCELED as error::cancelled, like the Asio backend's cancellations (use_task.hpp).
+std::error_code errno_code(int err) noexcept {
+  if (err == ECANCELED) return make_error_code(error::cancelled);
+  return {err, std::system_category()};
+}
 
 std::error_code failure(const uring_op& op) noexcept {
   if (op.m_res == -ECANCELED && op.m_timed_out) return make_error_code(error::timed_out);

@@ -30,8 +30,8 @@ struct cancel_state {
 
 /// A cancellation request shared by any number of operations (with_cancel). Once
 /// request_cancel() was called, every operation listening ends with
-/// ECANCELED (asio::error::operation_aborted for Asio operations), and so
-/// does every operation started with it later. Copies share the same state. Thread-safe.
+/// weft::io::error::cancelled (== std::errc::operation_canceled, over either backend),
+/// and so does every operation started with it later. Copies share the same state. Thread-safe.
 class cancel_source {
  public:
   /// A fresh source, not cancelled. Throws std::bad_alloc.

@@ -2,7 +2,13 @@
 //
 // Every I/O operation reports failure as a std::error_code value, never by throwing:
 // system errors (ECONNREFUSED, ECONNRESET, EINVAL, ...) in std::system_category, plus
-// the few conditions below that are not errno values.
+// the conditions below. Both backends report in these categories (the Asio one
+// translates at the use_task boundary, see use_task.hpp), so one handler written as
+//   if (ec == weft::io::error::eof) ...                         // the peer closed its end
+//   else if (ec == std::errc::operation_canceled) ...           // also == error::cancelled
+//   else if (ec == std::errc::timed_out) ...                    // also == error::timed_out
+//   else if (ec == std::errc::connection_reset) ...
+// works unchanged over io_uring and over Asio.
 #pragma once
 
 #include <system_error>
@@ -14,9 +20,8 @@ namespace weft::io {
 enum class error {
   eof = 1,             ///< the peer closed its end: a read returned 0 bytes
   timed_out = 2,       ///< with_timeout: the time ran out and the operation was cancelled
-  /// Equal (as an error_condition) to std::errc::operation_canceled. weft's own
-  /// operations report a cancellation as the system's ECANCELED, so test a result with
-  /// `ec == std::errc::operation_canceled`, which holds for both.
+  /// The operation was cancelled (cancel(), with_cancel, a closed listener's pending
+  /// accept); equal (as an error_condition) to std::errc::operation_canceled.
   cancelled = 3,
   uring_unavailable = 4,  ///< io_uring cannot be used in this process
 };

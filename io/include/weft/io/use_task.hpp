@@ -14,6 +14,16 @@
 //
 // Operations may be started from any thread (Asio allows it for distinct objects); two
 // operations on one Asio object must not be started concurrently (Asio's rule).
+//
+// Error codes: every std::error_code completion value reaches the task in the same
+// categories as the io_uring backend's (weft/io/error.hpp), so that one handler works
+// over either backend: a cancellation (asio::error::operation_aborted) becomes
+// weft::io::error::cancelled, asio::error::eof becomes weft::io::error::eof, and the
+// other errno values of Asio's system category move to std::system_category (same
+// value). Test results with `ec == std::errc::...` and `ec == weft::io::error::...`;
+// `ec == asio::error::eof` and `ec == asio::error::operation_aborted` no longer hold
+// for codes that went through use_task. Asio's other categories (netdb, addrinfo,
+// misc other than eof) are passed on as they are.
 #pragma once
 
 #include <coroutine>
@@ -24,8 +34,10 @@
 
 #include <asio/async_result.hpp>
 #include <asio/cancellation_signal.hpp>
+#include <asio/error.hpp>
 
 #include "weft/io/detail/waiter.hpp"
+#include "weft/io/error.hpp"
 
 namespace weft::io {
 
@@ -57,15 +69,37 @@ struct op_result<A> {
   static A take(std::tuple<A>&& v) { return std::move(std::get<0>(v)); }
 };
 
-/// The Asio handler of a weft operation: forwards the completion values to a sink (the
-/// awaiting operation object) and exposes the sink's cancellation slot to Asio.
+/// An Asio error code in the categories of weft's I/O layer (see the file comment).
+inline std::error_code weft_error_code(const std::error_code& ec) noexcept {
+  if (ec.category() == asio::error::get_system_category()) {
+    if (ec.value() == asio::error::operation_aborted) return make_error_code(error::cancelled);
+    return {ec.value(), std::system_category()};
+  }
+  if (ec == asio::error::eof) return make_error_code(error::eof);
+  return ec;
+}
+
+/// A completion value as the task sees it: error codes through weft_error_code, the
+/// rest unchanged.
+template <class A>
+decltype(auto) weft_value(A&& a) noexcept {
+  if constexpr (std::is_same_v<std::remove_cvref_t<A>, std::error_code>) {
+    return weft_error_code(a);
+  } else {
+    return std::forward<A>(a);
+  }
+}
+
+/// The Asio handler of a weft operation: forwards the completion values (error codes
+/// in weft's categories, weft_value) to a sink (the awaiting operation object) and
+/// exposes the sink's cancellation slot to Asio.
 template <class Sink, class... Args>
 class sink_handler {
  public:
   explicit sink_handler(Sink& sink) noexcept : m_sink(&sink) {}
   using cancellation_slot_type = asio::cancellation_slot;
   cancellation_slot_type get_cancellation_slot() const noexcept { return m_sink->cancellation_slot(); }
-  void operator()(Args... args) { m_sink->complete(std::move(args)...); }
+  void operator()(Args... args) { m_sink->complete(weft_value(std::move(args))...); }
 
  private:
   Sink* m_sink;

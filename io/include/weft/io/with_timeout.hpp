@@ -69,7 +69,7 @@ class [[nodiscard]] timeout_op {
   /// the operation.
   typename traits::result_type await_resume() {
     auto& ec = std::get<0>(*m_values);
-    if (m_fired && ec == asio::error::operation_aborted) ec = make_error_code(error::timed_out);
+    if (m_fired && ec == error::cancelled) ec = make_error_code(error::timed_out);  // see use_task.hpp
     return traits::take(std::move(*m_values));
   }
 
@@ -147,7 +147,7 @@ class [[nodiscard]] cancel_op {
     m_reg.m_owner = this;
     asio::dispatch(m_op.io_executor(), [this] { begin(); });
   }
-  /// The completion values (asio::error::operation_aborted when cancelled).
+  /// The completion values (weft::io::error::cancelled when cancelled).
   typename traits::result_type await_resume() { return traits::take(std::move(*m_values)); }
 
   /// Not API: sink protocol (on the I/O thread): the slot a cancellation goes through.
@@ -196,7 +196,7 @@ class [[nodiscard]] cancel_op {
 
 /// Runs `op` (an Asio operation with use_task) until it completes or `source` requests
 /// cancellation, whichever comes first; a cancelled operation completes with
-/// asio::error::operation_aborted (ECANCELED in Asio's category). `source` may be
+/// weft::io::error::cancelled (== std::errc::operation_canceled). `source` may be
 /// cancelled from any thread, also before the operation starts. Awaitable from any
 /// thread; the task resumes on the executor it awaited from.
 template <asio_operation Op>
