@@ -10,11 +10,18 @@
 #include "executors.hpp"
 #include "sync.hpp"
 
+#include <weft/resume_on.hpp>
+
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
+
+using namespace std::chrono_literals;
 
 namespace {
 
@@ -163,4 +170,87 @@ TEMPLATE_LIST_TEST_CASE("fork_group: forking an empty task throws std::logic_err
     co_return threw && v == std::vector<int>{4};
   }());
   CHECK(r);
+}
+
+TEMPLATE_LIST_TEST_CASE("fork_group<void>: a child's frame is freed as soon as it finishes, before the join",
+                        "[fork_group]", weft_test::all_executors) {
+  auto pool = TestType::make();
+  weft::thread_pool elsewhere{{.threads = 1}};  // where the parent waits, off the children's workers
+  std::atomic<int> live{0};
+  std::atomic<int> ran{0};
+  auto r = weft::sync_wait(pool, [](weft::executor& away, std::atomic<int>& alive,
+                                    std::atomic<int>& runs) -> weft::task<bool> {
+    weft::fork_group<> g;
+    for (int i = 0; i < 100; ++i) g.fork(holds(tracker{alive}, runs));
+    co_await weft::resume_on(away);  // the children run on the pool meanwhile
+    // Bounded wait: every child ran and its frame (with its tracker) is gone, not joined yet.
+    const auto until = std::chrono::steady_clock::now() + 10s;
+    while ((runs.load() < 100 || alive.load() != 0) && std::chrono::steady_clock::now() < until)
+      std::this_thread::yield();
+    const bool freed = runs.load() == 100 && alive.load() == 0 && g.size() == 0;
+    co_await g.join();  // from another executor than the children's: resumes there
+    co_return freed;
+  }(elsewhere, live, ran));
+  CHECK(r);
+  CHECK(live == 0);
+}
+
+TEMPLATE_LIST_TEST_CASE("fork_group<void>: memory is bounded by the children alive, not by those ever forked",
+                        "[fork_group]", weft_test::all_executors) {
+  auto pool = TestType::make();
+  weft::thread_pool elsewhere{{.threads = 1}};
+  std::atomic<int> live{0};
+  std::atomic<int> ran{0};
+  constexpr int k_batches = 200;
+  constexpr int k_batch = 1000;
+  // 200,000 children in one group, never joined in between: after each batch has run,
+  // nothing of it is left (as a server's accept loop forks connection after connection).
+  auto batches_freed = weft::sync_wait(pool, [](weft::executor& ex, weft::executor& away, std::atomic<int>& alive,
+                                                std::atomic<int>& runs) -> weft::task<int> {
+    weft::fork_group<> g;
+    int freed = 0;
+    for (int b = 0; b < k_batches; ++b) {
+      for (int i = 0; i < k_batch; ++i) g.fork(holds(tracker{alive}, runs));
+      co_await weft::resume_on(away);  // the pool runs the batch meanwhile
+      const int want = (b + 1) * k_batch;
+      const auto until = std::chrono::steady_clock::now() + 5s;
+      while ((runs.load() < want || alive.load() != 0) && std::chrono::steady_clock::now() < until)
+        std::this_thread::yield();
+      co_await weft::resume_on(ex);
+      if (runs.load() != want || alive.load() != 0) break;
+      ++freed;
+    }
+    co_await g.join();
+    co_return freed;
+  }(pool, elsewhere, live, ran));
+  CHECK(batches_freed == k_batches);
+  CHECK(ran == k_batches * k_batch);
+  CHECK(live == 0);
+}
+
+TEMPLATE_LIST_TEST_CASE("fork_group<void>: the lowest-index exception, counted from the last join",
+                        "[fork_group]", weft_test::all_executors) {
+  auto pool = TestType::make();
+  std::atomic<int> ran{0};
+  auto first = [](std::atomic<int>& runs) -> weft::task<std::string> {
+    weft::fork_group<> g;
+    for (int i = 0; i < 5; ++i) g.fork(weft::task<void>([](std::atomic<int>& r) -> weft::task<void> {
+                                  r.fetch_add(1);
+                                  co_return;
+                                }(runs)));
+    co_await g.join();  // no exception: the next round's indices start again at 0
+    for (int i = 0; i < 40; ++i)
+      g.fork([](int k, std::atomic<int>& r) -> weft::task<void> {
+        co_await maybe_throws(k, k % 10 == 9 || k == 35, r);
+      }(i, runs));
+    std::string what;
+    try {
+      co_await g.join();
+    } catch (const std::runtime_error& e) {
+      what = e.what();
+    }
+    co_return what;
+  };
+  CHECK(weft::sync_wait(pool, first(ran)) == "child 9");
+  CHECK(ran == 45);
 }
