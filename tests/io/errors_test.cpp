@@ -60,18 +60,7 @@ std::string names(const std::vector<outcome>& v) {
 }
 
 /// A plain blocking client socket connected to 127.0.0.1:port; -1 on failure.
-int connect_plain(std::uint16_t port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
+int connect_plain(std::uint16_t port) { return weft_io_test::connect_plain(weft::io::endpoint::loopback(port)); }
 
 /// Closes `fd` with a reset (SO_LINGER 0) instead of a FIN.
 void reset_close(int fd) {

@@ -1,10 +1,13 @@
-// Helpers of the I/O tests: open-fd counting, the fd limit, a bounded completion
+// Helpers of the I/O tests: open-fd counting, the fd limit, a plain client socket, a bounded completion
 // latch, io_uring availability (skip, not fail) and the echo messages.
 #pragma once
 
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <weft/io/tcp.hpp>
 #include <weft/io/uring_context.hpp>
 
 #include <chrono>
@@ -37,6 +40,18 @@ inline std::size_t raise_fd_limit() {
     getrlimit(RLIMIT_NOFILE, &lim);
   }
   return static_cast<std::size_t>(lim.rlim_cur);
+}
+
+/// A plain blocking client socket connected to `at` (loopback: the handshake completes
+/// in the kernel, whether or not the server has accepted yet); -1 on failure.
+inline int connect_plain(const weft::io::endpoint& at) {
+  const int fd = ::socket(at.data()->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  if (::connect(fd, at.data(), at.size()) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
 }
 
 /// Counts arrivals from any thread; the test thread waits, with a time bound, for a total.

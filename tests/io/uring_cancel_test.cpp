@@ -20,23 +20,8 @@ using namespace std::chrono_literals;
 using weft::io::endpoint;
 using weft::io::tcp_listener;
 using weft::io::tcp_stream;
+using weft_io_test::connect_plain;
 using weft_io_test::failures;
-
-namespace {
-
-/// A plain blocking client socket connected to `at` (loopback: the handshake completes
-/// in the kernel, whether or not the server has accepted yet); -1 on failure.
-int connect_plain(const endpoint& at) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
-  if (::connect(fd, at.data(), at.size()) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-}  // namespace
 
 TEST_CASE("uring: a cancel queued for a closed socket does not cancel the socket that reused its fd", "[io][uring]") {
   auto io = weft_io_test::make_uring_or_skip();
