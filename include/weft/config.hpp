@@ -55,3 +55,12 @@
 #  define WEFT_NOINLINE
 #  define WEFT_INLINE inline
 #endif
+
+/// weft's version (weft/version.hpp has it as values too); project(VERSION) in
+/// CMakeLists.txt is the same, which tests/unit/version_test.cpp checks.
+#define WEFT_VERSION_MAJOR 0
+#define WEFT_VERSION_MINOR 1
+#define WEFT_VERSION_PATCH 0
+#define WEFT_VERSION_STRING "0.1.0"
+/// MAJOR * 10000 + MINOR * 100 + PATCH, for `#if WEFT_VERSION >= 100` (0.1.0).
+#define WEFT_VERSION (WEFT_VERSION_MAJOR * 10000 + WEFT_VERSION_MINOR * 100 + WEFT_VERSION_PATCH)

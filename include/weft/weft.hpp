@@ -21,5 +21,6 @@
 #include "weft/spawn_tuple.hpp"
 #include "weft/sync_wait.hpp"
 #include "weft/task.hpp"
+#include "weft/version.hpp"
 #include "weft/when_any.hpp"
 #include "weft/yield.hpp"

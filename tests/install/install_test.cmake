@@ -21,6 +21,11 @@ set(consumer_build ${WORK_DIR}/consumer-build)
 file(REMOVE_RECURSE ${WORK_DIR})
 
 step(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix})
+foreach(installed IN ITEMS include/weft/version.hpp share/doc/weft/LICENSE share/doc/weft/CHANGELOG.md)
+  if(NOT EXISTS ${prefix}/${installed})
+    message(FATAL_ERROR "install test: ${installed} was not installed")
+  endif()
+endforeach()
 step(${CMAKE_COMMAND} -S ${CONSUMER_DIR} -B ${consumer_build}
   -G ${GENERATOR}
   -DCMAKE_MAKE_PROGRAM=${MAKE_PROGRAM}

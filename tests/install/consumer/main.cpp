@@ -17,6 +17,6 @@ weft::task<int> answer() {
 int main() {
   weft::thread_pool pool{{.threads = 2}};
   int const value = weft::sync_wait(pool, answer());
-  std::printf("weft consumer: %d\n", value);
+  std::printf("weft %s consumer: %d\n", WEFT_VERSION_STRING, value);  // weft.hpp brings version.hpp
   return value == 42 ? 0 : 1;
 }
