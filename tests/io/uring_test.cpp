@@ -16,7 +16,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstddef>
+#include <cstdint>
 #include <cstring>
+#include <span>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -580,4 +584,42 @@ TEST_CASE("uring: a listener closed from another thread after the loop ended is 
   REQUIRE(io2);
   tcp_listener again(*io2);
   CHECK_FALSE(again.listen(ep));  // the port is free again: the socket was closed
+}
+
+// The span forms: a const span cannot be read into; any trivially copyable element type
+// counts in bytes.
+template <class S>
+concept readable_into = requires(tcp_stream& s, S buf) { s.read_some(buf); };
+static_assert(readable_into<std::span<char>> && readable_into<std::span<std::byte, 8>> &&
+              readable_into<std::span<std::uint32_t>>);
+static_assert(!readable_into<std::span<const char>>);
+
+TEST_CASE("uring: span forms of read_some, write_some and write_all", "[uring]") {
+  auto io = weft_io_test::make_uring_or_skip();
+  if (!io) return;
+  tcp_listener l(*io);
+  REQUIRE_FALSE(l.listen(endpoint::loopback(0)));
+  auto body = [&]() -> weft::task<void> {
+    tcp_stream c(*io);
+    REQUIRE_FALSE(co_await c.connect(l.local_endpoint()));
+    auto [ae, s] = co_await l.accept();
+    REQUIRE_FALSE(ae);
+    const std::uint32_t words[3] = {1, 2, 0xdeadbeef};
+    auto [e1, n1] = co_await c.write_all(std::span(words));
+    CHECK_FALSE(e1);
+    CHECK(n1 == sizeof words);
+    const std::string text = "span";
+    auto [e2, n2] = co_await c.write_some(std::span(text.data(), text.size()));
+    CHECK_FALSE(e2);
+    CHECK(n2 == 4);
+    std::vector<std::byte> got(sizeof words + 4);
+    for (std::size_t have = 0; have < got.size();) {
+      auto [e3, n3] = co_await s.read_some(std::span(got).subspan(have));
+      REQUIRE_FALSE(e3);
+      have += n3;
+    }
+    CHECK(std::memcmp(got.data(), words, sizeof words) == 0);
+    CHECK(std::memcmp(got.data() + sizeof words, "span", 4) == 0);
+  };
+  weft::sync_wait(*io, body());
 }

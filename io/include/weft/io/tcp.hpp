@@ -17,6 +17,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -161,6 +162,26 @@ class tcp_stream {
   /// Sends all `len` bytes (as many sends as it takes): {ec, bytes sent}.
   detail::write_all_awaitable write_all(const void* buf, std::size_t len) noexcept {
     return {*m_ctx, native_handle(), socket_id(), buf, len};
+  }
+
+  /// read_some into a span of any trivially copyable elements (`std::span(buf)` for an
+  /// array, a std::vector or a std::string's data): up to buf.size_bytes() bytes.
+  template <class T, std::size_t N>
+    requires(!std::is_const_v<T> && std::is_trivially_copyable_v<T>)
+  detail::transfer_awaitable read_some(std::span<T, N> buf) noexcept {
+    return read_some(buf.data(), buf.size_bytes());
+  }
+  /// write_some from a span (as read_some's span form): up to buf.size_bytes() bytes.
+  template <class T, std::size_t N>
+    requires std::is_trivially_copyable_v<T>
+  detail::transfer_awaitable write_some(std::span<T, N> buf) noexcept {
+    return write_some(buf.data(), buf.size_bytes());
+  }
+  /// write_all from a span: all buf.size_bytes() bytes.
+  template <class T, std::size_t N>
+    requires std::is_trivially_copyable_v<T>
+  detail::write_all_awaitable write_all(std::span<T, N> buf) noexcept {
+    return write_all(buf.data(), buf.size_bytes());
   }
 
   /// shutdown(2): SHUT_RD, SHUT_WR or SHUT_RDWR. Synchronous; bad_file_descriptor when
