@@ -125,8 +125,8 @@ struct listener_state;
 /// A connected TCP socket of a uring_context. Move-only; closes on destruction. One
 /// read and one write may be in flight at a time (from any threads); cancel() may be
 /// called from any thread at any time, also while the owner closes or reconnects the
-/// stream or moves another stream of the same context into it; the other member functions must not race with each other. The context
-/// must outlive the stream.
+/// stream or moves another stream of the same context into it; the other member
+/// functions must not race with each other. The context must outlive the stream.
 class tcp_stream {
  public:
   /// A stream with no socket yet (connect() makes one).
