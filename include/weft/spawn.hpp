@@ -85,6 +85,9 @@ class [[nodiscard]] fork_handle {
 /// .detach(), or co_await it. Single use; not thread-safe (a temporary of the spawning
 /// code). The child it queues may run on any thread of its executor at once.
 template <class T>
+class scope;
+
+template <class T>
 class [[nodiscard]] spawn_op {
  public:
   /// Takes the child task (see weft::spawn).
@@ -121,6 +124,8 @@ class [[nodiscard]] spawn_op {
   }
 
  private:
+  template <class U>
+  friend class scope;  // scope::spawn(spawn_op) starts the child its own way
   using handle_type = typename task<T>::handle_type;
 
   // One owned handle, run inline or forked and joined. m_joined is a constant after
@@ -143,7 +148,8 @@ class [[nodiscard]] spawn_op {
       if (!m_joined) return typename task<T>::awaiter{m_h}.await_ready();  // throws for an empty task
       return detail::join_awaiter{m_h}.await_ready();
     }
-    WEFT_INLINE std::coroutine_handle<> await_suspend(std::coroutine_handle<> c) {
+    template <class Awaiting>
+    WEFT_INLINE std::coroutine_handle<> await_suspend(std::coroutine_handle<Awaiting> c) {
       if (!m_joined) return typename task<T>::awaiter{m_h}.await_suspend(c);
       return detail::join_awaiter{m_h}.await_suspend(c);
     }

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <exception>
 #include <stdexcept>
+#include <stop_token>
 #include <type_traits>
 #include <utility>
 
@@ -42,6 +43,10 @@ struct promise_base {
   std::atomic<std::uintptr_t> m_join{k_join_none};
   executor* m_home = nullptr;  // forked to another executor: where the parent resumes
   void* m_next_join = nullptr;  // bulk forks: the sibling joined after this one (weft/detail/bulk.hpp)
+  // The stop token the task runs under (weft/stop.hpp), or null for none. It points into
+  // an owner that outlives the task: the awaiting task's own (inherited by co_await, see
+  // task::awaiter), or a weft::scope's state (its children).
+  const std::stop_token* m_stop = nullptr;
   completion m_mode = completion::awaited;
   std::uint8_t m_prio = 0;        // priority it was queued at (forked/detached)
   std::uint8_t m_parent_prio = 0;  // the parent's priority, restored when it resumes
@@ -286,9 +291,12 @@ class [[nodiscard]] task {
       return false;
     }
     /// Makes `awaiting` the task's continuation and transfers into the task, on this
-    /// thread.
-    WEFT_INLINE std::coroutine_handle<> await_suspend(std::coroutine_handle<> awaiting) noexcept {
-      m_h.promise().m_continuation = awaiting;
+    /// thread. A weft task awaiting it passes on its stop token (weft/stop.hpp).
+    template <class Awaiting>
+    WEFT_INLINE std::coroutine_handle<> await_suspend(std::coroutine_handle<Awaiting> awaiting) noexcept {
+      promise_type& p = m_h.promise();
+      p.m_continuation = awaiting;
+      if constexpr (std::is_base_of_v<detail::promise_base, Awaiting>) p.m_stop = awaiting.promise().m_stop;
       return m_h;
     }
     /// The task's result (a value is moved out), or its exception rethrown.

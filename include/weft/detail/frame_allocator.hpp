@@ -48,6 +48,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <new>
+#include <utility>
 
 #include "weft/config.hpp"
 
@@ -223,5 +224,31 @@ WEFT_INLINE void deallocate_frame(void* p, std::size_t n) noexcept {
     release_frame_slow_pm(p, frame_class(n));
   }
 }
+
+/// While alive, the calling thread's new frames come from its free lists (or
+/// ::operator new) instead of its frame stack: for frames that will be freed out of
+/// order, on other threads, long after (a scope's children, weft/scope.hpp), which would
+/// otherwise pin the stack's top and let it grow to its full size under churn. Frees
+/// are unaffected. Not thread-safe: a guard of the calling thread, on its stack; not
+/// across a suspension.
+class off_stack_frames {
+ public:
+  off_stack_frames() noexcept {
+    frame_cache& c = t_frame_cache;
+    m_end = std::exchange(c.m_stack.m_end, 0);  // nothing fits; trim sees no stack
+    m_tried = std::exchange(c.m_stack_tried, true);  // nor does the slow path make one now
+  }
+  ~off_stack_frames() {
+    frame_cache& c = t_frame_cache;
+    c.m_stack.m_end = m_end;
+    c.m_stack_tried = m_tried;
+  }
+  off_stack_frames(const off_stack_frames&) = delete;
+  off_stack_frames& operator=(const off_stack_frames&) = delete;
+
+ private:
+  std::uintptr_t m_end;
+  bool m_tried;
+};
 
 }  // namespace weft::detail

@@ -1,0 +1,335 @@
+// weft/scope.hpp: weft::scope, the owner of a dynamic set of child tasks (a server's
+// connections, a crawler's fetches) with one stop token for all of them.
+//
+//   weft::scope conns{co_await weft::this_task::stop_token()};  // stops when we are stopped
+//   for (;;) {
+//     auto [ec, sock] = co_await listener.accept();              // watches our token too
+//     if (ec) break;
+//     conns.spawn(serve(std::move(sock)));                       // runs on, reaped when done
+//   }
+//   conns.request_stop();                                        // every connection ends
+//   co_await conns.join();
+//
+// Protocol. The scope's state is shared with its children and guarded by one mutex: the
+// count of children alive, what finished since the last next() (a count, the values of
+// a scope<T>), the kept exception, and the one task waiting in join() or next(). A
+// child runs inside a small wrapper coroutine that frees the child's frame (and with it
+// everything the child owns: sockets, buffers) as soon as it finishes, then reports
+// under the mutex and wakes the waiter when it is due (on the waiter's executor, at its
+// priority). The state is reference-counted (the scope's reference plus one per child)
+// so that a child's last touch of it, after the report, never meets a freed state.
+#pragma once
+
+#include <atomic>
+#include <concepts>
+#include <coroutine>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <stop_token>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "weft/detail/fork.hpp"
+#include "weft/detail/frame_allocator.hpp"
+#include "weft/spawn.hpp"
+#include "weft/stop.hpp"
+#include "weft/task.hpp"
+
+namespace weft {
+
+/// What a scope does with its children's exceptions.
+enum class scope_policy : std::uint8_t {
+  rethrow_first,  ///< join() and next() rethrow the first exception (once); later ones are dropped
+  stop_on_error,  ///< as rethrow_first, and the first exception also stops every child (request_stop)
+  collect,        ///< nothing is rethrown: every exception is kept for take_errors()
+};
+
+/// Options of a weft::scope. A plain value.
+struct scope_options {
+  scope_policy policy = scope_policy::rethrow_first;  ///< see scope_policy
+};
+
+namespace detail {
+
+/// The state of a scope, shared with its children (src/scope.cpp; protocol at the top
+/// of this file). Everything but m_refs, m_source and m_token is guarded by m_mutex.
+class scope_state {
+ public:
+  explicit scope_state(scope_options o) : m_token(m_source.get_token()), m_policy(o.policy) {}
+  virtual ~scope_state() = default;
+  scope_state(const scope_state&) = delete;
+  scope_state& operator=(const scope_state&) = delete;
+
+  /// A child is about to be queued (counted alive, one more reference).
+  void child_added() noexcept;
+  /// Queueing that child failed: undoes child_added.
+  void child_not_started() noexcept;
+  /// A child finished (its frame already freed) with `error` (or none); `store` runs
+  /// under the lock for a value to keep (scope<T>). Wakes the waiter when due, then
+  /// drops the child's reference (which may free the state).
+  template <class Store>
+  void child_done(std::exception_ptr error, Store&& store) noexcept {
+    std::coroutine_handle<> wake;
+    {
+      std::lock_guard lock(m_mutex);
+      if (!error) store();
+      on_done_locked(std::move(error), wake);
+    }
+    finish_report(wake);
+  }
+
+  /// join(): true when nothing is alive (no need to suspend).
+  bool join_ready() noexcept;
+  /// join()'s suspension: records `h` (resumed on the current executor when the last
+  /// child finishes); false when nothing is alive any more (do not suspend).
+  bool join_suspend(std::coroutine_handle<> h) noexcept;
+  /// next(): true when there is something to report or nothing alive.
+  bool next_ready() noexcept;
+  /// next()'s suspension, as join_suspend but woken by the next child to finish.
+  bool next_suspend(std::coroutine_handle<> h) noexcept;
+  /// Rethrows (and forgets) the kept exception, if any (not for `collect`).
+  void rethrow_kept();
+  /// What next() found: a report taken, none yet (children alive), or none left.
+  enum class report : std::uint8_t { taken, pending, none_left };
+  /// next() of scope<void>: takes one finished child's report.
+  report take_report() noexcept;
+
+  /// Every exception collected so far (policy collect), taken. Thread-safe.
+  std::vector<std::exception_ptr> take_errors();
+  /// Children alive (a snapshot). Thread-safe.
+  std::size_t alive() noexcept;
+  /// Called by the scope's destructor: aborts with a message when children are still
+  /// alive; reports a kept exception nobody rethrew to stderr; drops the scope's
+  /// reference.
+  void release_owner() noexcept;
+
+  std::stop_source m_source;
+  const std::stop_token m_token;  // what every child runs under (promise_base::m_stop)
+
+ protected:
+  std::size_t alive_locked() const noexcept { return m_alive; }
+
+  std::mutex m_mutex;
+  std::size_t m_unreported = 0;  // finished, not yet reported by next()
+
+ private:
+  void on_done_locked(std::exception_ptr error, std::coroutine_handle<>& wake) noexcept;
+  void finish_report(std::coroutine_handle<> wake) noexcept;
+  bool suspend(std::coroutine_handle<> h, bool for_next) noexcept;
+  void drop_ref() noexcept;
+
+  std::atomic<std::size_t> m_refs{1};  // the scope's own, plus one per child alive
+  std::atomic<bool> m_stop_pending{false};  // stop_on_error: request_stop after the lock
+  std::size_t m_alive = 0;
+  std::coroutine_handle<> m_waiter;  // in join() or next()
+  executor* m_home = nullptr;        // where it resumes
+  unsigned m_prio = 0;               // at its priority
+  bool m_waiting_next = false;
+  scope_policy m_policy;
+  std::exception_ptr m_kept;                 // rethrow_first, stop_on_error
+  std::vector<std::exception_ptr> m_errors;  // collect
+};
+
+/// scope<T>'s state: the values of finished children, until next() takes them.
+template <class T>
+class scope_values final : public scope_state {
+ public:
+  using scope_state::scope_state;
+  std::deque<T> m_values;  // guarded by m_mutex
+  /// next() of scope<T>: takes the oldest value not yet taken into `out`.
+  report take_value(std::optional<T>& out) {
+    std::lock_guard lock(m_mutex);
+    if (m_values.empty()) return alive_locked() == 0 ? report::none_left : report::pending;
+    out.emplace(std::move(m_values.front()));
+    m_values.pop_front();
+    --m_unreported;
+    return report::taken;
+  }
+};
+
+/// Forwards a stop request of the parent token to the scope.
+struct stop_forward {
+  std::stop_source* m_source;
+  void operator()() const noexcept { m_source->request_stop(); }
+};
+
+/// The wrapper a child runs in: runs `t`, frees its frame, then reports to `st`.
+template <class T, class State>
+task<void> scope_child(task<T> t, State* st) {
+  std::exception_ptr error;
+  std::optional<std::conditional_t<std::is_void_v<T>, char, T>> value;
+  try {
+    if constexpr (std::is_void_v<T>) {
+      co_await std::move(t);
+    } else {
+      value.emplace(co_await std::move(t));
+    }
+  } catch (...) {
+    error = std::current_exception();
+  }
+  t = task<T>{};  // the child's locals (a connection's socket, say) go before the scope hears
+  st->child_done(std::move(error), [&]() noexcept {
+    if constexpr (!std::is_void_v<T>) {
+      try {
+        st->m_values.push_back(std::move(*value));
+      } catch (...) {
+        std::fputs("weft::scope: out of memory keeping a child's value; terminating\n", stderr);
+        std::terminate();
+      }
+    }
+  });
+}
+
+/// Awaiter of join()/next() (which one: `ForNext`).
+template <bool ForNext>
+struct scope_wait {
+  scope_state* m_st;
+  bool await_ready() const noexcept { return ForNext ? m_st->next_ready() : m_st->join_ready(); }
+  bool await_suspend(std::coroutine_handle<> h) noexcept {
+    return ForNext ? m_st->next_suspend(h) : m_st->join_suspend(h);
+  }
+  void await_resume() const noexcept {}
+};
+
+}  // namespace detail
+
+/// Owns a dynamic set of child tasks (tokio's JoinSet, a Trio nursery): spawn() starts
+/// a child at once, on any executor; each finished child is freed at once, so memory
+/// is bounded by the children alive, not by the children ever spawned; every child runs
+/// under the scope's stop token (weft/stop.hpp), which request_stop() (or the parent
+/// token given to the constructor) stops; `co_await join()` waits for all and rethrows
+/// the first exception (see scope_policy); `co_await next()` reports children one by one
+/// as they finish. For `scope<T>` with T not void, children are task<T> and next()
+/// hands over their values; values next() did not take are dropped by join().
+///
+/// Destroying a scope with children still alive is a programming error: it prints a
+/// message and aborts (the children use state the scope's owner is about to free, so
+/// running on would be silent detachment); join() first. spawn, join and next are for
+/// the owning task (one at a time); request_stop, stop_requested, get_token and size are
+/// thread-safe. Not movable.
+template <class T = void>
+class scope {
+  using state_type = std::conditional_t<std::is_void_v<T>, detail::scope_state, detail::scope_values<T>>;
+
+ public:
+  /// A scope with no parent token. Throws std::bad_alloc.
+  explicit scope(scope_options options = {}) : m_state(new state_type(options)) {}
+  /// A scope whose children are also stopped when `parent` is (typically the owner's own
+  /// token: `weft::scope s{co_await weft::this_task::stop_token()};`). Throws std::bad_alloc.
+  explicit scope(std::stop_token parent, scope_options options = {}) : scope(options) {
+    if (parent.stop_possible()) m_parent_link.emplace(std::move(parent), detail::stop_forward{&m_state->m_source});
+  }
+  scope(const scope&) = delete;
+  scope& operator=(const scope&) = delete;
+  /// See the class comment: aborts when children are alive.
+  ~scope() {
+    m_parent_link.reset();
+    m_state->release_owner();
+  }
+
+  /// Starts `t` as a child on the executor the caller runs on (a plain thread:
+  /// weft::default_pool()), at the caller's priority. Throws std::logic_error for an
+  /// empty task, std::bad_alloc, shutdown_error from an executor shutting down; if it
+  /// throws, `t` did not start.
+  /// Memory: `t`'s frame was made before this call, on the calling thread's frame stack
+  /// (weft/detail/frame_allocator.hpp), where children that finish out of order leave
+  /// holes that are reused only once the frames above them are gone: under steady churn
+  /// that stack grows to its 16 MiB span before frames are recycled. spawn(fn, args...)
+  /// makes the frame off that stack, so memory follows the children alive.
+  void spawn(task<T> t) { start(std::move(t), detail::k_inherit_priority, nullptr); }
+  /// Starts the task `std::invoke(fn, args...)` returns, as spawn(task), with its frame
+  /// made off the calling thread's frame stack (see spawn(task)): the form for a
+  /// server's accept loop. `s.spawn(serve, std::move(sock));` Throws as spawn(task),
+  /// and whatever fn throws (then nothing started).
+  template <class F, class... A>
+    requires std::invocable<F, A...> && std::same_as<std::invoke_result_t<F, A...>, task<T>>
+  void spawn(F&& fn, A&&... args) {
+    task<T> t = [&] {
+      detail::off_stack_frames guard;
+      return std::invoke(std::forward<F>(fn), std::forward<A>(args)...);
+    }();
+    start(std::move(t), detail::k_inherit_priority, nullptr);
+  }
+  /// Starts the child that `op` describes (`s.spawn(weft::spawn(t).run_on(io).priority(1))`),
+  /// on its executor and at its priority. Throws as spawn(task), and std::out_of_range
+  /// for a priority the executor does not have.
+  void spawn(spawn_op<T>&& op) {
+    start(std::move(op.m_task), op.m_prio, op.m_target);
+  }
+
+  /// `co_await s.join()`: waits until no child is alive, then rethrows the first
+  /// exception not yet rethrown (rethrow_first, stop_on_error). The scope can be used
+  /// again afterwards.
+  task<void> join() {
+    co_await detail::scope_wait<false>{m_state};
+    if constexpr (!std::is_void_v<T>) m_state->m_values.clear();  // uncontended: nothing alive
+    m_state->rethrow_kept();
+  }
+
+  /// `co_await s.next()`: waits for a child to finish that next() has not reported
+  /// yet. For scope<void> evaluates to true, or false when no child is alive and every
+  /// finished one was reported; for scope<T>, to the child's value, or std::nullopt
+  /// likewise. Children that threw report nothing here: their exception is rethrown
+  /// from the next next() or join() (policies rethrow_first, stop_on_error).
+  auto next() -> task<std::conditional_t<std::is_void_v<T>, bool, std::optional<T>>> {
+    using report = detail::scope_state::report;
+    for (;;) {
+      co_await detail::scope_wait<true>{m_state};
+      m_state->rethrow_kept();
+      if constexpr (std::is_void_v<T>) {
+        const report r = m_state->take_report();
+        if (r != report::pending) co_return r == report::taken;
+      } else {
+        std::optional<T> v;
+        const report r = m_state->take_value(v);
+        if (r != report::pending) co_return v;
+      }
+    }
+  }
+
+  /// Asks every child (those alive and those spawned later) to stop, through the
+  /// scope's token. Idempotent. Thread-safe.
+  void request_stop() noexcept { m_state->m_source.request_stop(); }
+  /// True once a stop was requested (by request_stop, the parent token, or
+  /// stop_on_error). Thread-safe.
+  bool stop_requested() const noexcept { return m_state->m_token.stop_requested(); }
+  /// The token every child runs under. Thread-safe.
+  std::stop_token get_token() const noexcept { return m_state->m_token; }
+  /// Children alive (a snapshot: they finish on other threads). Thread-safe.
+  std::size_t size() const noexcept { return m_state->alive(); }
+  /// Policy collect: every exception the children ended with so far, taken out (in the
+  /// order they finished). Empty under the other policies. Thread-safe.
+  std::vector<std::exception_ptr> take_errors() { return m_state->take_errors(); }
+
+ private:
+  void start(task<T> t, unsigned prio, executor* target) {
+    if (!t.valid()) [[unlikely]] detail::throw_bad_await("weft::scope::spawn: empty or moved-from task");
+    task<void> child = [&] {
+      detail::off_stack_frames guard;  // finishes out of order, often on another thread
+      return detail::scope_child<T>(std::move(t), m_state);
+    }();
+    auto h = child.handle();
+    h.promise().m_mode = detail::completion::detached;
+    h.promise().m_stop = &m_state->m_token;
+    m_state->child_added();
+    try {
+      detail::enqueue_child(h.promise(), h, prio, target);
+    } catch (...) {
+      m_state->child_not_started();
+      throw;  // `child` frees it (and `t` in it), unstarted
+    }
+    child.release();  // frees itself when it finishes
+  }
+
+  state_type* m_state;
+  std::optional<std::stop_callback<detail::stop_forward>> m_parent_link;
+};
+
+}  // namespace weft

@@ -1,0 +1,379 @@
+// weft/scope.hpp and weft/stop.hpp: spawning and reaping, join, next, the stop token
+// (inherited by co_await, stopped by request_stop and by a parent token), the error
+// policies, spawn(spawn_op) on another executor, and the abort of an unjoined scope.
+#include <weft/scope.hpp>
+
+#include <weft/event.hpp>
+#include <weft/pool.hpp>
+#include <weft/stop.hpp>
+#include <weft/sync_wait.hpp>
+
+#include <catch2/catch.hpp>
+
+#include "executors.hpp"
+#include "sync.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <stop_token>
+#include <string>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <vector>
+
+using namespace std::chrono_literals;
+
+namespace {
+
+using weft_test::tracker;
+
+weft::task<void> bump(std::atomic<int>& n, tracker) {
+  n.fetch_add(1, std::memory_order_relaxed);
+  co_return;
+}
+
+weft::task<int> square(int i) { co_return i * i; }
+
+weft::task<void> fails(int i) {
+  throw std::runtime_error("child " + std::to_string(i));
+  co_return;
+}
+
+// Suspends until the task's token is stopped: a stop_callback sets an event the task
+// waits on (the cooperative shape of weft/stop.hpp for a wait that does not watch the
+// token itself).
+weft::task<void> wait_for_stop(std::atomic<int>& ended) {
+  std::stop_token tok = co_await weft::this_task::stop_token();
+  weft::manual_reset_event ev;
+  {
+    std::stop_callback cb(tok, [&ev] { ev.set(); });
+    co_await ev.wait();
+  }
+  ended.fetch_add(1, std::memory_order_relaxed);
+}
+
+// Nested co_await: the inner task sees the outer one's token.
+weft::task<bool> inner_sees_stop() { co_return co_await weft::this_task::stop_requested(); }
+weft::task<std::stop_token> inner_token() { co_return co_await weft::this_task::stop_token(); }
+
+}  // namespace
+
+TEMPLATE_LIST_TEST_CASE("scope: spawn, join, reaping", "[scope]", weft_test::all_executors) {
+  auto pool = TestType::make();
+
+  SECTION("every child runs once; join waits for all; size counts the alive") {
+    std::atomic<int> ran{0};
+    std::atomic<int> live{0};
+    auto ok = weft::sync_wait(pool, [&]() -> weft::task<bool> {
+      weft::scope s;
+      const bool empty = s.size() == 0;
+      for (int i = 0; i < 1000; ++i) s.spawn(bump(ran, tracker{live}));
+      co_await s.join();
+      const bool all = ran.load() == 1000 && s.size() == 0 && live.load() == 0;
+      s.spawn(bump(ran, tracker{live}));  // reusable after a join
+      co_await s.join();
+      co_return empty && all && ran.load() == 1001;
+    }());
+    CHECK(ok);
+    CHECK(live.load() == 0);
+  }
+
+  SECTION("a child's frame is freed as soon as it finishes, before any join") {
+    std::atomic<int> ran{0};
+    std::atomic<int> live{0};
+    auto ok = weft::sync_wait(pool, [&]() -> weft::task<bool> {
+      weft::scope s;
+      bool bounded = true;
+      for (int batch = 0; batch < 50; ++batch) {
+        for (int i = 0; i < 200; ++i) s.spawn(bump(ran, tracker{live}));
+        for (;;) {  // the awaited value in a variable first: g++-12.2 (README, platform requirements)
+          const bool got = co_await s.next();
+          if (!got) break;
+        }
+        bounded = bounded && live.load() == 0 && s.size() == 0;  // never joined in between
+      }
+      co_await s.join();
+      co_return bounded && ran.load() == 50 * 200;
+    }());
+    CHECK(ok);
+  }
+
+  SECTION("scope<T>::next hands over every value once, then nullopt") {
+    auto sum = weft::sync_wait(pool, []() -> weft::task<long> {
+      weft::scope<int> s;
+      for (int i = 0; i < 500; ++i) s.spawn(square(i));
+      long total = 0;
+      int count = 0;
+      for (;;) {
+        const auto v = co_await s.next();
+        if (!v) break;
+        total += *v;
+        ++count;
+      }
+      co_await s.join();
+      co_return count == 500 ? total : -1;
+    }());
+    long expect = 0;
+    for (int i = 0; i < 500; ++i) expect += static_cast<long>(i) * i;
+    CHECK(sum == expect);
+  }
+
+  SECTION("next on an empty scope ends at once") {
+    auto r = weft::sync_wait(pool, []() -> weft::task<bool> {
+      weft::scope s;
+      weft::scope<int> v;
+      const bool a = co_await s.next();
+      const auto b = co_await v.next();
+      co_return !a && !b.has_value();
+    }());
+    CHECK(r);
+  }
+}
+
+TEMPLATE_LIST_TEST_CASE("scope: the stop token", "[scope][stop]", weft_test::all_executors) {
+  auto pool = TestType::make();
+
+  SECTION("request_stop ends every waiting child; join returns") {
+    std::atomic<int> ended{0};
+    constexpr int k_children = 10'000;
+    auto ms = weft::sync_wait(pool, [&]() -> weft::task<long> {
+      weft::scope s;
+      for (int i = 0; i < k_children; ++i) s.spawn(wait_for_stop(ended));
+      const auto t0 = std::chrono::steady_clock::now();
+      s.request_stop();
+      co_await s.join();
+      co_return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+    }());
+    CHECK(ended.load() == k_children);
+    WARN("10,000 waiting children stopped and joined in " << ms << " ms");
+  }
+
+  SECTION("children spawned after the stop see it at once") {
+    auto r = weft::sync_wait(pool, []() -> weft::task<bool> {
+      weft::scope<bool> s;
+      s.request_stop();
+      s.spawn(inner_sees_stop());
+      auto v = co_await s.next();
+      co_await s.join();
+      co_return v.has_value() && *v && s.stop_requested();
+    }());
+    CHECK(r);
+  }
+
+  SECTION("the token is inherited through co_await, and is the scope's") {
+    auto r = weft::sync_wait(pool, []() -> weft::task<bool> {
+      weft::scope<std::stop_token> s;
+      s.spawn(inner_token());
+      auto tok = co_await s.next();
+      co_await s.join();
+      co_return tok.has_value() && tok->stop_possible() && *tok == s.get_token();
+    }());
+    CHECK(r);
+  }
+
+  SECTION("a task outside any scope runs under no token") {
+    auto r = weft::sync_wait(pool, []() -> weft::task<bool> {
+      std::stop_token tok = co_await inner_token();
+      const bool stopped = co_await weft::this_task::stop_requested();
+      co_return !tok.stop_possible() && !stopped;
+    }());
+    CHECK(r);
+  }
+
+  SECTION("a parent token stops the scope's children") {
+    std::stop_source parent;
+    std::atomic<int> ended{0};
+    std::atomic<bool> spawned{false};
+    std::thread stopper([&] {
+      while (!spawned.load(std::memory_order_acquire)) std::this_thread::yield();
+      parent.request_stop();
+    });
+    weft::sync_wait(pool, [&]() -> weft::task<void> {
+      weft::scope s{parent.get_token()};
+      for (int i = 0; i < 100; ++i) s.spawn(wait_for_stop(ended));
+      spawned.store(true, std::memory_order_release);
+      co_await s.join();
+    }());
+    stopper.join();
+    CHECK(ended.load() == 100);
+  }
+}
+
+TEMPLATE_LIST_TEST_CASE("scope: exceptions by policy", "[scope]", weft_test::all_executors) {
+  auto pool = TestType::make();
+
+  SECTION("rethrow_first: join rethrows one exception, once; every child ran") {
+    std::atomic<int> ran{0};
+    std::atomic<int> live{0};
+    auto r = weft::sync_wait(pool, [&]() -> weft::task<int> {
+      weft::scope s;
+      for (int i = 0; i < 10; ++i) {
+        s.spawn(fails(i));
+        s.spawn(bump(ran, tracker{live}));
+      }
+      int caught = 0;
+      try {
+        co_await s.join();
+      } catch (const std::runtime_error&) {
+        ++caught;
+      }
+      co_await s.join();  // the exception was rethrown once
+      co_return caught;
+    }());
+    CHECK(r == 1);
+    CHECK(ran.load() == 10);
+  }
+
+  SECTION("next rethrows it too, and the values still come") {
+    auto r = weft::sync_wait(pool, []() -> weft::task<bool> {
+      weft::scope<int> s;
+      s.spawn([]() -> weft::task<int> {
+        throw std::runtime_error("x");
+        co_return 0;
+      }());
+      s.spawn(square(3));
+      int values = 0;
+      int errors = 0;
+      for (;;) {
+        try {
+          auto v = co_await s.next();
+          if (!v) break;
+          values += *v == 9 ? 1 : 100;
+        } catch (const std::runtime_error&) {
+          ++errors;
+        }
+      }
+      co_await s.join();
+      co_return values == 1 && errors == 1;
+    }());
+    CHECK(r);
+  }
+
+  SECTION("collect: nothing is rethrown, take_errors has every exception") {
+    auto n = weft::sync_wait(pool, []() -> weft::task<std::size_t> {
+      weft::scope s{{.policy = weft::scope_policy::collect}};
+      for (int i = 0; i < 25; ++i) s.spawn(fails(i));
+      co_await s.join();
+      auto errs = s.take_errors();
+      for (auto& e : errs) {
+        try {
+          std::rethrow_exception(e);
+        } catch (const std::runtime_error&) {
+          continue;
+        }
+      }
+      co_return errs.size() + s.take_errors().size();
+    }());
+    CHECK(n == 25);
+  }
+
+  SECTION("stop_on_error: the first exception stops the siblings") {
+    std::atomic<int> ended{0};
+    auto r = weft::sync_wait(pool, [&]() -> weft::task<bool> {
+      weft::scope s{{.policy = weft::scope_policy::stop_on_error}};
+      for (int i = 0; i < 50; ++i) s.spawn(wait_for_stop(ended));
+      s.spawn(fails(0));
+      bool threw = false;
+      try {
+        co_await s.join();
+      } catch (const std::runtime_error&) {
+        threw = true;
+      }
+      co_return threw && s.stop_requested();
+    }());
+    CHECK(r);
+    CHECK(ended.load() == 50);
+  }
+}
+
+TEST_CASE("scope: spawn(spawn_op) runs the child on the executor and priority it names", "[scope]") {
+  weft::thread_pool home{{.threads = 1}};
+  weft::thread_pool other{{.threads = 1, .priorities = 3}};
+  auto r = weft::sync_wait(home, [&]() -> weft::task<bool> {
+    weft::scope<bool> s;
+    s.spawn(weft::spawn([](weft::executor& ex) -> weft::task<bool> {
+              co_return ex.owns_current_thread() && weft::current_priority() == 2;
+            }(other))
+                .run_on(other)
+                .priority(2));
+    auto v = co_await s.next();
+    co_await s.join();
+    co_return v.value_or(false) && home.owns_current_thread();
+  }());
+  CHECK(r);
+}
+
+TEST_CASE("scope: misuse", "[scope]") {
+  weft::thread_pool pool{{.threads = 2}};
+
+  SECTION("an empty task is refused and nothing is counted") {
+    auto r = weft::sync_wait(pool, []() -> weft::task<bool> {
+      weft::scope s;
+      bool threw = false;
+      try {
+        s.spawn(weft::task<void>{});
+      } catch (const std::logic_error&) {
+        threw = true;
+      }
+      co_await s.join();
+      co_return threw && s.size() == 0;
+    }());
+    CHECK(r);
+  }
+
+  SECTION("a bad priority throws from spawn and the child never runs") {
+    std::atomic<int> ran{0};
+    std::atomic<int> live{0};
+    auto r = weft::sync_wait(pool, [&]() -> weft::task<bool> {
+      weft::scope s;
+      bool threw = false;
+      try {
+        s.spawn(weft::spawn(bump(ran, tracker{live})).priority(99));
+      } catch (const std::out_of_range&) {
+        threw = true;
+      }
+      co_await s.join();
+      co_return threw && s.size() == 0;
+    }());
+    CHECK(r);
+    CHECK(ran.load() == 0);
+    CHECK(live.load() == 0);
+  }
+
+  SECTION("destroying a scope with children alive aborts with a message") {
+    if (WEFT_TSAN) {
+      WARN("skipped under ThreadSanitizer, which does not start threads in a forked child");
+      return;
+    }
+    int err[2];
+    REQUIRE(::pipe(err) == 0);
+    std::fflush(stderr);
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {  // the child process: a fresh pool, a scope destroyed unjoined
+      ::dup2(err[1], 2);
+      std::signal(SIGABRT, SIG_DFL);  // not Catch2's handler: the parent checks the signal
+      weft::thread_pool p{{.threads = 1}};
+      weft::manual_reset_event never;
+      auto s = std::make_unique<weft::scope<>>();
+      s->spawn([](weft::manual_reset_event& ev) -> weft::task<void> { co_await ev.wait(); }(never));
+      s.reset();
+      std::_Exit(0);  // not reached
+    }
+    ::close(err[1]);
+    std::string text;
+    char buf[256];
+    for (ssize_t n; (n = ::read(err[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<std::size_t>(n));
+    ::close(err[0]);
+    int status = 0;
+    REQUIRE(::waitpid(pid, &status, 0) == pid);
+    CHECK(WIFSIGNALED(status));
+    CHECK(WTERMSIG(status) == SIGABRT);
+    CHECK(text.find("weft::scope: destroyed with 1 children still running") != std::string::npos);
+  }
+}
