@@ -374,8 +374,6 @@ void discard_listener(void* p) { finalize(static_cast<listener_state*>(p)); }
 void uring_cancel::start(uring_context& ctx, uring_op& op) {
   m_ctx = &ctx;
   m_op = &op;
-  m_reg.m_fn = &on_cancel;
-  m_reg.m_owner = this;
   op.m_on_cqe = &on_cqe;
   op.m_arg = this;
   if (ctx.owns_current_thread()) {
@@ -391,22 +389,16 @@ void uring_cancel::begin(void* p) {
   auto* self = static_cast<uring_cancel*>(p);
   uring_impl& loop = *uring_impl::current();
   loop.prepare(*self->m_op);
-  if (self->m_source.add(self->m_reg)) {
-    self->m_registered = true;
-    ++self->m_op->m_pending;  // the registration: released by on_cqe or cancel_now
-  } else {
-    io_uring_sqe* s = loop.sqe();  // cancelled already: cancel it right behind its SQE
-    io_uring_prep_cancel64(s, reinterpret_cast<std::uintptr_t>(self->m_op), 0);
-    io_uring_sqe_set_data64(s, k_ignore_data);
-  }
+  if (!self->m_token.stop_possible()) return;
+  ++self->m_op->m_pending;  // the registration: released by on_cqe, or by cancel_now once fired
+  self->m_callback.emplace(self->m_token, fire{self});  // fires at once when already stopped
 }
 
-void uring_cancel::on_cancel(cancel_registration* r) noexcept {
-  auto* self = static_cast<uring_cancel*>(r->m_owner);
-  // Always queued, even on the loop thread: this runs under the source's lock.
-  self->m_cancel_call.m_fn = &cancel_now;
-  self->m_cancel_call.m_arg = self;
-  self->m_ctx->impl().post_call(self->m_cancel_call);
+void uring_cancel::fire::operator()() const noexcept {
+  // Always queued, even on the loop thread (begin may be running it inline).
+  m_self->m_cancel_call.m_fn = &cancel_now;
+  m_self->m_cancel_call.m_arg = m_self;
+  m_self->m_ctx->impl().post_call(m_self->m_cancel_call);
 }
 
 void uring_cancel::cancel_now(void* p) {
@@ -423,8 +415,14 @@ void uring_cancel::cancel_now(void* p) {
 bool uring_cancel::on_cqe(uring_op& op, int, unsigned) {
   auto* self = static_cast<uring_cancel*>(op.m_arg);
   self->m_main_done = true;
-  // Not fired: drop the registration's count here. Fired: cancel_now drops it.
-  if (self->m_registered && !self->m_source.remove(self->m_reg)) --op.m_pending;
+  if (self->m_callback) {
+    // Unregistering waits for a callback running on another thread. Afterwards the
+    // call it queued, if any, is in the loop's queue (m_cancel_call.m_fn set on the
+    // firing thread, seen here through the wait): cancel_now drops the registration's
+    // count; otherwise it is dropped here.
+    self->m_callback.reset();
+    if (self->m_cancel_call.m_fn == nullptr) --op.m_pending;
+  }
   return true;
 }
 

@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <stop_token>
 #include <string>
 #include <thread>
 
@@ -146,4 +147,60 @@ TEST_CASE("uring: a watchdog cancelling one stream while its owner closes and re
   CHECK(reused > k_rounds / 2);  // the fd numbers were reused: the race was really run
   CHECK(cancels.load() > 0);
   CHECK(weft_io_test::fd_count() == fds_before);
+}
+
+// with_cancel over a ring operation takes a std::stop_token (weft/stop.hpp's model): a
+// stop requested before the start, while pending, and racing the operation's own end.
+weft::task<std::error_code> stoppable_sleep(weft::io::uring_context& io, std::chrono::nanoseconds d, std::stop_token t) {
+  co_return co_await weft::io::with_cancel(weft::io::sleep_for(io, d), std::move(t));
+}
+
+TEST_CASE("uring: with_cancel over a std::stop_token", "[io][uring]") {
+  auto io = weft_io_test::make_uring_or_skip();
+  if (!io) return;
+  weft::thread_pool pool{{.threads = 2}};
+
+  SECTION("stopped before the operation starts") {
+    std::stop_source stop;
+    stop.request_stop();
+    auto ec = weft::sync_wait(*io, stoppable_sleep(*io, 30s, stop.get_token()));
+    CHECK(ec == std::errc::operation_canceled);
+  }
+  SECTION("stopped from another thread while pending, awaited from a pool") {
+    std::stop_source stop;
+    std::atomic<bool> started{false};
+    std::thread stopper([&] {
+      while (!started.load(std::memory_order_acquire)) std::this_thread::yield();
+      std::this_thread::sleep_for(5ms);  // not synchronisation: either order is correct
+      stop.request_stop();
+    });
+    auto ec = weft::sync_wait(pool, [&]() -> weft::task<std::error_code> {
+      started.store(true, std::memory_order_release);
+      co_return co_await stoppable_sleep(*io, 30s, stop.get_token());
+    }());
+    stopper.join();
+    CHECK(ec == std::errc::operation_canceled);
+  }
+  SECTION("a token that can never stop: the operation runs to its end") {
+    auto ec = weft::sync_wait(*io, stoppable_sleep(*io, 1ms, std::stop_token{}));
+    CHECK_FALSE(ec);
+  }
+  SECTION("a stop racing the operation's end: it completes or is cancelled, never neither") {
+    const int rounds = WEFT_SANITIZED ? 500 : 20'000;
+    int completed = 0;
+    int cancelled = 0;
+    int other = 0;
+    for (int i = 0; i < rounds; ++i) {
+      std::stop_source stop;
+      std::thread stopper([&] { stop.request_stop(); });
+      auto ec = weft::sync_wait(pool, stoppable_sleep(*io, std::chrono::microseconds(i % 20), stop.get_token()));
+      stopper.join();
+      if (!ec) ++completed;
+      else if (ec == std::errc::operation_canceled) ++cancelled;
+      else ++other;
+    }
+    CHECK(other == 0);
+    CHECK(completed + cancelled == rounds);
+    WARN(completed << " completed, " << cancelled << " cancelled of " << rounds);
+  }
 }

@@ -17,6 +17,8 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
+#include <stop_token>
 #include <span>
 #include <string>
 #include <string_view>
@@ -299,28 +301,31 @@ std::remove_cvref_t<Awaitable> with_timeout(Awaitable&& a, std::chrono::duration
 namespace detail {
 
 /// The non-template half of with_cancel over a ring operation (io/src/tcp.cpp). While
-/// the source listens, the registration counts as one more completion of the operation
-/// (uring_op::m_pending), so the task resumes only after a cancellation handed to the
-/// loop has run there: the operation's memory is never reached through a stale request.
+/// the token's callback is registered and has fired, the request counts as one more
+/// completion of the operation (uring_op::m_pending), so the task resumes only after
+/// the cancellation handed to the loop has run there: the operation's memory is never
+/// reached through a stale request.
 class uring_cancel {
  public:
-  explicit uring_cancel(cancel_source source) noexcept : m_source(std::move(source)) {}
+  explicit uring_cancel(std::stop_token token) noexcept : m_token(std::move(token)) {}
   /// From await_suspend, after the waiter was captured.
   void start(uring_context& ctx, uring_op& op);
 
  private:
-  static void begin(void* self);                                // loop thread
-  static void on_cancel(cancel_registration* r) noexcept;       // any thread, under the source's lock
-  static void cancel_now(void* self);                           // loop thread
-  static bool on_cqe(uring_op& op, int res, unsigned flags);    // loop thread
+  struct fire {  // the token's callback: any thread
+    uring_cancel* m_self;
+    void operator()() const noexcept;
+  };
+  static void begin(void* self);                              // loop thread
+  static void cancel_now(void* self);                         // loop thread
+  static bool on_cqe(uring_op& op, int res, unsigned flags);  // loop thread
 
-  cancel_source m_source;
-  cancel_registration m_reg;
+  std::stop_token m_token;
+  std::optional<std::stop_callback<fire>> m_callback;
   uring_context* m_ctx = nullptr;
   uring_op* m_op = nullptr;
   detail::loop_call m_begin_call;   // begin, when started off the loop thread
-  detail::loop_call m_cancel_call;  // cancel_now (the source fired)
-  bool m_registered = false;
+  detail::loop_call m_cancel_call;  // cancel_now (the token was stopped)
   bool m_main_done = false;
 };
 
@@ -328,7 +333,7 @@ class uring_cancel {
 template <class Awaitable>
 class [[nodiscard]] uring_cancel_op {
  public:
-  uring_cancel_op(Awaitable a, cancel_source s) : m_a(std::move(a)), m_cancel(std::move(s)) {}
+  uring_cancel_op(Awaitable a, std::stop_token t) : m_a(std::move(a)), m_cancel(std::move(t)) {}
   bool await_ready() const noexcept { return false; }
   void await_suspend(std::coroutine_handle<> h) {
     m_a.op().m_waiter.capture(h);
@@ -344,7 +349,7 @@ class [[nodiscard]] uring_cancel_op {
 }  // namespace detail
 
 /// Runs a ring operation (read_some, write_some, sleep_for/sleep_until, also one under
-/// with_timeout) until it completes or `source` requests cancellation (from any thread,
+/// with_timeout) until it completes or a stop is requested on `token` (from any thread,
 /// also before it starts); a cancelled operation yields std::errc::operation_canceled.
 /// Cancellation is best effort: an operation the kernel already finished keeps its result.
 /// `a` must be an rvalue, as for with_timeout (it is moved into the result); the result
@@ -352,8 +357,15 @@ class [[nodiscard]] uring_cancel_op {
 /// awaited from.
 template <class Awaitable>
   requires(!std::is_lvalue_reference_v<Awaitable> && std::remove_cvref_t<Awaitable>::k_cancel_ok)
+detail::uring_cancel_op<std::remove_cvref_t<Awaitable>> with_cancel(Awaitable&& a, std::stop_token token) {
+  return {std::move(a), std::move(token)};
+}
+
+/// with_cancel(a, source.get_token()).
+template <class Awaitable>
+  requires(!std::is_lvalue_reference_v<Awaitable> && std::remove_cvref_t<Awaitable>::k_cancel_ok)
 detail::uring_cancel_op<std::remove_cvref_t<Awaitable>> with_cancel(Awaitable&& a, const cancel_source& source) {
-  return {std::move(a), source};
+  return {std::move(a), source.get_token()};
 }
 
 }  // namespace weft::io

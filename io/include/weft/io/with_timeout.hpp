@@ -4,8 +4,8 @@
 //   auto [ec, n] = co_await weft::io::with_timeout(sock.async_read_some(buf, weft::io::use_task), 50ms);
 //   if (ec == std::errc::timed_out) ...
 //
-//   weft::io::cancel_source stop;   // stop.request_cancel() from any thread
-//   auto [ec, n] = co_await weft::io::with_cancel(sock.async_read_some(buf, weft::io::use_task), stop);
+//   std::stop_source stop;   // stop.request_stop() from any thread
+//   auto [ec, n] = co_await weft::io::with_cancel(sock.async_read_some(buf, weft::io::use_task), stop.get_token());
 //
 // Both run the operation with an Asio cancellation slot of their own and emit terminal
 // cancellation into it, always on the operation's I/O thread (Asio's cancellation is
@@ -13,9 +13,11 @@
 // with_timeout, once its timer's handler ran too), on the executor it awaited from.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <coroutine>
 #include <optional>
+#include <stop_token>
 #include <system_error>
 #include <tuple>
 #include <type_traits>
@@ -127,24 +129,21 @@ auto with_timeout(Op&& op, std::chrono::duration<Rep, Period> d) {
   return timeout_op<op_t, std::chrono::steady_clock::duration>(std::forward<Op>(op), steady);
 }
 
-/// The awaitable of with_cancel(op, source). Awaited once; not thread-safe (one owner).
+/// The awaitable of with_cancel(op, token). Awaited once; not thread-safe (one owner).
 template <class Op>
 class [[nodiscard]] cancel_op {
   using traits = detail::op_traits<Op>;
 
  public:
   /// Not API: made by with_cancel.
-  cancel_op(Op op, cancel_source source) : m_op(std::move(op)), m_source(std::move(source)) {
-    m_reg.m_fn = &on_cancel;
-  }
+  cancel_op(Op op, std::stop_token token) : m_op(std::move(op)), m_token(std::move(token)) {}
 
   /// Never ready: the operation starts in await_suspend.
   bool await_ready() const noexcept { return false; }
   /// Records the awaiting coroutine `h`, then starts the operation and listens to the
-  /// source on the operation's I/O thread (inline when already there).
+  /// token on the operation's I/O thread (inline when already there).
   void await_suspend(std::coroutine_handle<> h) {
     m_waiter.capture(h);
-    m_reg.m_owner = this;
     asio::dispatch(m_op.io_executor(), [this] { begin(); });
   }
   /// The completion values (weft::io::error::cancelled when cancelled).
@@ -156,24 +155,26 @@ class [[nodiscard]] cancel_op {
   template <class... Args>
   void complete(Args... args) {
     m_values.emplace(std::move(args)...);
-    // A request posted to the I/O thread still has to run before this object may go.
-    const bool posted = m_source.remove(m_reg) && m_listening;
+    // Unregistering waits for a callback running on another thread; afterwards m_fired
+    // tells whether it posted emit(), which must run before this object may go.
+    m_callback.reset();
+    const bool posted = m_fired.load(std::memory_order_acquire);  // pairs with the release in fire
     if (!posted || m_emit_ran) m_waiter.resume();
   }
 
  private:
+  // On the requesting thread (or inline in begin() when already stopped): hand the
+  // request to the I/O thread.
+  struct fire {
+    cancel_op* m_self;
+    void operator()() const noexcept {
+      m_self->m_fired.store(true, std::memory_order_release);
+      asio::post(m_self->m_op.io_executor(), [self = m_self] { self->emit(); });
+    }
+  };
   void begin() {
     m_op.start(*this);
-    if (m_source.add(m_reg)) {
-      m_listening = true;
-    } else {
-      m_signal.emit(asio::cancellation_type::terminal);  // cancelled before it started
-    }
-  }
-  // Under the source's lock, on the cancelling thread: hand the request to the I/O thread.
-  static void on_cancel(detail::cancel_registration* r) noexcept {
-    auto* self = static_cast<cancel_op*>(r->m_owner);
-    asio::post(self->m_op.io_executor(), [self] { self->emit(); });
+    if (m_token.stop_possible()) m_callback.emplace(m_token, fire{this});  // runs fire at once if stopped
   }
   void emit() {  // on the I/O thread
     m_emit_ran = true;
@@ -184,24 +185,30 @@ class [[nodiscard]] cancel_op {
     }
   }
 
-  detail::cancel_registration m_reg;
   Op m_op;
-  cancel_source m_source;
+  std::stop_token m_token;
+  std::optional<std::stop_callback<fire>> m_callback;
+  std::atomic<bool> m_fired{false};
   detail::waiter m_waiter;
   std::optional<typename traits::values_type> m_values;
   asio::cancellation_signal m_signal;
-  bool m_listening = false;
   bool m_emit_ran = false;
 };
 
-/// Runs `op` (an Asio operation with use_task) until it completes or `source` requests
-/// cancellation, whichever comes first; a cancelled operation completes with
-/// weft::io::error::cancelled (== std::errc::operation_canceled). `source` may be
-/// cancelled from any thread, also before the operation starts. Awaitable from any
+/// Runs `op` (an Asio operation with use_task) until it completes or a stop is
+/// requested on `token`, whichever comes first; a cancelled operation completes with
+/// weft::io::error::cancelled (== std::errc::operation_canceled). The stop may be
+/// requested from any thread, also before the operation starts. Awaitable from any
 /// thread; the task resumes on the executor it awaited from.
 template <asio_operation Op>
+auto with_cancel(Op&& op, std::stop_token token) {
+  return cancel_op<std::remove_cvref_t<Op>>(std::forward<Op>(op), std::move(token));
+}
+
+/// with_cancel(op, source.get_token()).
+template <asio_operation Op>
 auto with_cancel(Op&& op, const cancel_source& source) {
-  return cancel_op<std::remove_cvref_t<Op>>(std::forward<Op>(op), source);
+  return cancel_op<std::remove_cvref_t<Op>>(std::forward<Op>(op), source.get_token());
 }
 
 }  // namespace weft::io
