@@ -1,14 +1,11 @@
 // weft/scope.hpp: weft::scope, the owner of a dynamic set of child tasks (a server's
 // connections, a crawler's fetches) with one stop token for all of them.
 //
-//   weft::scope conns{co_await weft::this_task::stop_token()};  // stops when we are stopped
-//   for (;;) {
-//     auto [ec, sock] = co_await listener.accept();              // watches our token too
-//     if (ec) break;
-//     conns.spawn(serve(std::move(sock)));                       // runs on, reaped when done
-//   }
-//   conns.request_stop();                                        // every connection ends
-//   co_await conns.join();
+//   weft::scope workers{co_await weft::this_task::stop_token()};  // stopped when we are
+//   for (auto& job : jobs) workers.spawn(run_job, std::ref(job));  // each freed when done
+//   ...
+//   workers.request_stop();  // every child's token: they see it and end
+//   co_await workers.join();
 //
 // Protocol. The scope's state is shared with its children and guarded by one mutex: the
 // count of children alive, what finished since the last next() (a count, the values of

@@ -81,12 +81,12 @@ class [[nodiscard]] fork_handle {
   handle_type m_h;
 };
 
-/// What weft::spawn returns: configure with .priority() / .run_on(), then .fork(),
-/// .detach(), or co_await it. Single use; not thread-safe (a temporary of the spawning
-/// code). The child it queues may run on any thread of its executor at once.
 template <class T>
 class scope;
 
+/// What weft::spawn returns: configure with .priority() / .run_on(), then .fork(),
+/// .detach(), or co_await it. Single use; not thread-safe (a temporary of the spawning
+/// code). The child it queues may run on any thread of its executor at once.
 template <class T>
 class [[nodiscard]] spawn_op {
  public:

@@ -9,9 +9,11 @@
 //   spawn_tuple starts with none (a fork is a push onto the worker's deque that does not
 //   see the forking task); give such work a scope, or pass a token as an argument.
 // Stopping is cooperative: the token's owner calls request_stop(); the task sees it
-// through `co_await weft::this_task::stop_requested()`, and the operations that watch
-// the token end early with their documented result (the io_uring operations of
-// weft::io end with std::errc::operation_canceled, weft/io/tcp.hpp).
+// through `co_await weft::this_task::stop_requested()`, or hands the token on: to a
+// std::stop_callback (which may close a channel the task pulls from, set an event it
+// waits on), or to weft::io::with_cancel(op, token), which ends an I/O operation with
+// std::errc::operation_canceled. Operations do not yet watch the task's token by
+// themselves.
 #pragma once
 
 #include <coroutine>
@@ -24,47 +26,32 @@ namespace weft {
 
 namespace detail {
 
-/// The token the weft task behind `h` runs under, or null (no token, or not a weft task).
-template <class Promise>
-const std::stop_token* task_stop_token(std::coroutine_handle<Promise> h) noexcept {
-  if constexpr (std::is_base_of_v<promise_base, Promise>) return h.promise().m_stop;
-  else return nullptr;
-}
-
-/// Awaiter that reads the awaiting task's token without suspending it. Used once by its
-/// co_await, on the awaiting thread.
-class stop_token_awaiter {
+/// Reads, without suspending, where the awaiting weft task's token is (or null when it
+/// runs under none); the two awaiters below differ only in what they evaluate to. Used
+/// once by its co_await, on the awaiting thread.
+class task_token_reader {
  public:
   bool await_ready() const noexcept { return false; }
   template <class Promise>
   bool await_suspend(std::coroutine_handle<Promise> h) noexcept {
     static_assert(std::is_base_of_v<promise_base, Promise>,
                   "weft::this_task: co_await it from a weft::task, whose token it reads");
-    if (const std::stop_token* t = task_stop_token(h)) m_token = *t;
+    m_token = h.promise().m_stop;  // its owner outlives the task (promise_base::m_stop)
     return false;  // never suspends: the coroutine goes on at once
   }
-  std::stop_token await_resume() noexcept { return std::move(m_token); }
 
- private:
-  std::stop_token m_token;
+ protected:
+  const std::stop_token* m_token = nullptr;
 };
 
-/// As stop_token_awaiter, evaluating to stop_requested() of the token.
-class stop_requested_awaiter {
- public:
-  bool await_ready() const noexcept { return false; }
-  template <class Promise>
-  bool await_suspend(std::coroutine_handle<Promise> h) noexcept {
-    static_assert(std::is_base_of_v<promise_base, Promise>,
-                  "weft::this_task: co_await it from a weft::task, whose token it reads");
-    const std::stop_token* t = task_stop_token(h);
-    m_requested = t != nullptr && t->stop_requested();
-    return false;
-  }
-  bool await_resume() const noexcept { return m_requested; }
+/// Evaluates to a copy of the token (an empty one when there is none).
+struct stop_token_awaiter : task_token_reader {
+  std::stop_token await_resume() const noexcept { return m_token != nullptr ? *m_token : std::stop_token{}; }
+};
 
- private:
-  bool m_requested = false;
+/// Evaluates to stop_requested() of the token (false when there is none).
+struct stop_requested_awaiter : task_token_reader {
+  bool await_resume() const noexcept { return m_token != nullptr && m_token->stop_requested(); }
 };
 
 }  // namespace detail
