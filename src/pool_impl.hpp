@@ -7,6 +7,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -112,6 +114,10 @@ std::size_t physical_core_count() noexcept;
 
 /// Lowers w.m_inline_limit to `limit` unless it is lower already (any thread; worker.cpp).
 void lower_inline_limit(worker_context& w, unsigned limit) noexcept;
+
+/// The running worker's pool_options::on_unhandled_exception, or null where there is
+/// none (set by worker::run; read by report_detached_exception, src/task.cpp).
+extern constinit thread_local const std::function<void(std::exception_ptr)>* t_unhandled_exception_hook;
 
 // idle.cpp
 void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected) noexcept;

@@ -8,10 +8,22 @@
 #include "weft/pool.hpp"
 #include "weft/sync_wait.hpp"
 #include "weft/task.hpp"
+#include "pool_impl.hpp"
 
 namespace weft::detail {
 
+constinit thread_local const std::function<void(std::exception_ptr)>* t_unhandled_exception_hook = nullptr;
+
 void report_detached_exception(std::exception_ptr e) noexcept {
+  if (const auto* hook = t_unhandled_exception_hook) {
+    try {
+      (*hook)(std::move(e));
+    } catch (...) {
+      std::fputs("weft::thread_pool: pool_options::on_unhandled_exception threw; terminating\n", stderr);
+      std::terminate();
+    }
+    return;
+  }
   try {
     std::rethrow_exception(e);
   } catch (const std::exception& ex) {

@@ -71,11 +71,27 @@ worker::worker(pool_impl& pool, unsigned index, unsigned prios)
   m_inline_limit.store(prios, std::memory_order_relaxed);
 }
 
+// The user's thread hooks (pool_options): an exception escaping one ends the process
+// with a message instead of a bare std::terminate from the thread's entry function.
+template <class Fn>
+void run_thread_hook(const Fn& hook, std::size_t index, const char* which) noexcept {
+  if (!hook) return;
+  try {
+    hook(index);
+  } catch (...) {
+    std::fprintf(stderr, "weft::thread_pool: pool_options::%s threw on worker %zu; terminating\n", which, index);
+    std::terminate();
+  }
+}
+
 void worker::run() {
   t_worker = this;
   t_executor = &m_pool.m_owner;
   t_prio = 0;
-  if (m_pool.m_opts.pin) pin_current_thread(m_index);
+  const pool_options& opts = m_pool.m_opts;
+  t_unhandled_exception_hook = opts.on_unhandled_exception ? &opts.on_unhandled_exception : nullptr;
+  if (opts.pin) pin_current_thread(m_index);
+  run_thread_hook(opts.on_thread_start, m_index, "on_thread_start");
   for (;;) {
     void* item = find_work();
     if (item != nullptr) m_pool.leave_searching(*this);  // a woken worker may have found it here
@@ -86,6 +102,8 @@ void worker::run() {
     }
     std::coroutine_handle<>::from_address(item).resume();
   }
+  run_thread_hook(opts.on_thread_stop, m_index, "on_thread_stop");
+  t_unhandled_exception_hook = nullptr;
   t_worker = nullptr;
   t_executor = nullptr;
 }

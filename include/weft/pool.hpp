@@ -6,6 +6,8 @@
 #pragma once
 
 #include <cstddef>
+#include <exception>
+#include <functional>
 #include <memory>
 
 #include "weft/executor.hpp"
@@ -23,6 +25,19 @@ struct pool_options {
   unsigned priorities = 4;                       ///< priority levels 1..16; 0 is highest
   bool pin = false;                              ///< bind worker i to core i (hwloc)
   unsigned spins = 64;                           ///< steal rounds before an idle worker parks
+  /// Called with an exception nobody can rethrow any more (a task started with
+  /// `.detach()`, an abandoned fork_handle's child, a fork_group or scope destroyed
+  /// before rethrowing it), on the worker of this pool where it is reported. Empty (the
+  /// default): the exception's what() is printed to stderr. Must not throw: an exception
+  /// escaping it terminates the process.
+  std::function<void(std::exception_ptr)> on_unhandled_exception{};
+  /// Runs on each worker thread, with the worker's index (0..threads-1), before the
+  /// worker takes any work (after pinning): name the thread, set its affinity, register
+  /// it with a tracer. Must not throw (terminates).
+  std::function<void(std::size_t)> on_thread_start{};
+  /// Runs on each worker thread, with its index, after its last task, just before the
+  /// thread ends (during the pool's destruction). Must not throw (terminates).
+  std::function<void(std::size_t)> on_thread_stop{};
 };
 
 namespace detail {

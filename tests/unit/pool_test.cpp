@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <optional>
 #include <stdexcept>
+#include <string>
 #include <thread>
 
 namespace {
@@ -188,4 +189,66 @@ TEST_CASE("thread_pool: a lone forked child is stolen while its parent computes"
     INFO("round " << round);
     CHECK(weft::sync_wait(pool, fork_then_compute()));
   }
+}
+
+namespace {
+weft::task<void> throws_detached(int i) {
+  throw std::runtime_error("detached " + std::to_string(i));
+  co_return;
+}
+}  // namespace
+
+TEST_CASE("thread_pool: on_unhandled_exception receives detached tasks' exceptions", "[pool]") {
+  std::atomic<int> seen{0};
+  std::atomic<int> on_worker{0};
+  std::atomic<int> right_message{0};
+  weft::thread_pool* self = nullptr;
+  {
+    weft::thread_pool pool{{.threads = 2,
+                            .on_unhandled_exception = [&](std::exception_ptr e) {
+                              seen.fetch_add(1, std::memory_order_relaxed);
+                              if (self != nullptr && self->owns_current_thread())
+                                on_worker.fetch_add(1, std::memory_order_relaxed);
+                              try {
+                                std::rethrow_exception(e);
+                              } catch (const std::runtime_error& ex) {
+                                if (std::string(ex.what()).rfind("detached ", 0) == 0)
+                                  right_message.fetch_add(1, std::memory_order_relaxed);
+                              }
+                            }}};
+    self = &pool;
+    weft::sync_wait(pool, []() -> weft::task<void> {
+      for (int i = 0; i < 50; ++i) weft::spawn(throws_detached(i)).detach();
+      { auto abandoned = weft::spawn(throws_detached(50)).fork(); }  // dropped: detached too
+      co_return;
+    }());
+    REQUIRE(weft_test::eventually([&] { return seen.load() == 51; }));
+  }  // the pool is gone: nothing more may come
+  CHECK(seen.load() == 51);
+  CHECK(on_worker.load() == 51);
+  CHECK(right_message.load() == 51);
+}
+
+TEST_CASE("thread_pool: on_thread_start and on_thread_stop run once on each worker", "[pool]") {
+  constexpr std::size_t k_threads = 4;
+  std::atomic<unsigned> started_mask{0};
+  std::atomic<unsigned> stopped_mask{0};
+  std::atomic<int> started_before_work{0};
+  {
+    weft::thread_pool pool{{.threads = k_threads,
+                            .on_thread_start =
+                                [&](std::size_t i) {
+                                  started_mask.fetch_or(1u << i, std::memory_order_relaxed);
+                                  if (weft::current_executor() != nullptr)  // the worker's state is set
+                                    started_before_work.fetch_add(1, std::memory_order_relaxed);
+                                },
+                            .on_thread_stop =
+                                [&](std::size_t i) { stopped_mask.fetch_or(1u << i, std::memory_order_relaxed); }}};
+    // Every worker started (each runs its start hook before looking for work).
+    REQUIRE(weft_test::eventually([&] { return started_mask.load() == (1u << k_threads) - 1; }));
+    CHECK(weft::sync_wait(pool, runs_on(pool)));
+    CHECK(stopped_mask.load() == 0);
+  }
+  CHECK(started_before_work.load() == static_cast<int>(k_threads));
+  CHECK(stopped_mask.load() == (1u << k_threads) - 1);
 }
