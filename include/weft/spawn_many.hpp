@@ -15,6 +15,7 @@
 
 #include "weft/bounded_vector.hpp"
 #include "weft/detail/bulk.hpp"
+#include "weft/spawn.hpp"
 #include "weft/task.hpp"
 
 namespace weft {
@@ -62,6 +63,13 @@ class [[nodiscard]] bulk_join_op {
     std::destroy_at(&m_ts);
   }
 
+  /// The same fan-out run on `ex` (CPU work started from an I/O thread goes to a
+  /// pool): a task that awaits this op is forked onto `ex` as weft::spawn(...).run_on(ex)
+  /// does, its children are forked from there, and the awaiting task resumes on its own
+  /// executor once every child finished. Evaluates to what `co_await` on this op does;
+  /// `.priority(p)` may follow. `co_await weft::spawn_many(tasks).run_on(pool)`
+  auto run_on(executor& ex) && { return spawn(await_bulk(std::move(*this))).run_on(ex); }
+
   /// Checks the tasks (std::logic_error for an empty one, before anything runs); ready
   /// at once when there are none.
   bool await_ready() const {
@@ -107,6 +115,16 @@ class [[nodiscard]] bulk_join_op {
   bool m_joined = false;  // awaited, and every child's result taken without an exception
 };
 
+/// A task that awaits bulk_join_op `op` (run_on's child).
+template <class T, class Storage>
+auto await_bulk(bulk_join_op<T, Storage> op) -> task<decltype(op.await_resume())> {
+  if constexpr (std::is_void_v<decltype(op.await_resume())>) {
+    co_await std::move(op);
+  } else {
+    co_return co_await std::move(op);
+  }
+}
+
 }  // namespace detail
 
 /// Runs every task of `r` in parallel (N-1 queued where thieves can take them, the last
@@ -115,7 +133,8 @@ class [[nodiscard]] bulk_join_op {
 /// rethrown after all tasks finished. An empty range gives an empty vector.
 /// Throws std::logic_error if an element is an empty task. Call from a weft task (on
 /// any executor); the tasks run at once on that executor's threads, so anything they
-/// share must be thread-safe. The range itself is read on the calling thread.
+/// share must be thread-safe (`.run_on(ex)` runs them on another executor instead). The
+/// range itself is read on the calling thread.
 /// Returns an awaitable, not a task: co_await it (or weft::await it in a fiber) in the
 /// expression that made it; to hand it to spawn/post/sync_wait, wrap it in a task.
 template <std::ranges::input_range R>

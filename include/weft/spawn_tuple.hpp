@@ -60,7 +60,9 @@ task<std::tuple<tuple_slot_t<Ts>...>> spawn_tuple_impl(task<Ts>... ts) {
 /// task). The first (leftmost) exception is rethrown after every task finished.
 /// Throws std::logic_error if a task is empty. Call from a weft task (on any executor);
 /// the tasks run at once on that executor's threads, so anything they share must be
-/// thread-safe.
+/// thread-safe. To run them on another executor, spawn the tuple's task there:
+/// `co_await weft::spawn(weft::spawn_tuple(a, b)).run_on(pool)` (the children are
+/// forked from `pool`; the caller resumes on its own executor).
 template <class... Ts>
   requires(sizeof...(Ts) > 0)
 task<std::tuple<detail::tuple_slot_t<Ts>...>> spawn_tuple(task<Ts>... ts) {

@@ -4,6 +4,8 @@
 
 #include <weft/pool.hpp>
 #include <weft/resume_on.hpp>
+#include <weft/spawn.hpp>
+#include <weft/spawn_tuple.hpp>
 #include <weft/sync_wait.hpp>
 
 #include <catch2/catch.hpp>
@@ -595,4 +597,53 @@ TEMPLATE_LIST_TEST_CASE("spawn_many: children's frames are freed exactly once, o
     CHECK(caught);
     CHECK(ran.load() == 250);
   }
+}
+
+TEST_CASE("spawn_many(...).run_on and spawn(spawn_tuple(...)).run_on run the children on the other executor",
+          "[spawn_many][spawn_tuple]") {
+  weft::thread_pool home{{.threads = 1}};
+  weft::thread_pool cpu{{.threads = 2, .priorities = 3}};
+  auto on_cpu = [&]() -> weft::task<int> { co_return cpu.owns_current_thread() ? 1 : 0; };
+  auto r = weft::sync_wait(home, [&]() -> weft::task<bool> {
+    std::vector<weft::task<int>> ts;
+    for (int i = 0; i < 100; ++i) ts.push_back(on_cpu());
+    auto v = co_await weft::spawn_many(std::move(ts)).run_on(cpu);
+    const bool all_on_cpu = std::accumulate(v.begin(), v.end(), 0) == 100;
+    const bool back_home = home.owns_current_thread();
+    // Fixed-count generator form, at a priority of the other pool.
+    auto a = co_await weft::spawn_many<8>([&](std::size_t) { return on_cpu(); }).run_on(cpu).priority(2);
+    const bool array_on_cpu = std::accumulate(a.begin(), a.end(), 0) == 8;
+    // void children.
+    std::atomic<int> voids{0};
+    co_await weft::spawn_many(4, [&](std::size_t) -> weft::task<void> {
+      return [](weft::thread_pool& p, std::atomic<int>& n) -> weft::task<void> {
+        if (p.owns_current_thread()) n.fetch_add(1, std::memory_order_relaxed);
+        co_return;
+      }(cpu, voids);
+    }).run_on(cpu);
+    auto [x, y] = co_await weft::spawn(weft::spawn_tuple(on_cpu(), on_cpu())).run_on(cpu);
+    co_return all_on_cpu && back_home && array_on_cpu && voids.load() == 4 && x + y == 2 &&
+        home.owns_current_thread();
+  }());
+  CHECK(r);
+}
+
+TEST_CASE("spawn_many(...).run_on: the lowest-index exception comes back to the caller's executor", "[spawn_many]") {
+  weft::thread_pool home{{.threads = 1}};
+  weft::thread_pool cpu{{.threads = 2}};
+  auto r = weft::sync_wait(home, [&]() -> weft::task<bool> {
+    bool threw = false;
+    try {
+      co_await weft::spawn_many(6, [](std::size_t i) -> weft::task<int> {
+        return [](std::size_t k) -> weft::task<int> {
+          if (k % 2 == 1) throw std::runtime_error("child " + std::to_string(k));
+          co_return static_cast<int>(k);
+        }(i);
+      }).run_on(cpu);
+    } catch (const std::runtime_error& e) {
+      threw = std::string(e.what()) == "child 1";
+    }
+    co_return threw && home.owns_current_thread();
+  }());
+  CHECK(r);
 }
