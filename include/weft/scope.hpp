@@ -1,11 +1,13 @@
 // weft/scope.hpp: weft::scope, the owner of a dynamic set of child tasks (a server's
 // connections, a crawler's fetches) with one stop token for all of them.
 //
-//   weft::scope workers{co_await weft::this_task::stop_token()};  // stopped when we are
-//   for (auto& job : jobs) workers.spawn(run_job, std::ref(job));  // each freed when done
-//   ...
-//   workers.request_stop();  // every child's token: they see it and end
-//   co_await workers.join();
+//   weft::scope conns{co_await weft::this_task::stop_token()};  // stopped when we are
+//   for (;;) {
+//     auto [ec, sock] = co_await listener.accept();  // io_uring: watches our token too
+//     if (ec == std::errc::operation_canceled) break;
+//     if (!ec) conns.spawn(serve, std::move(sock));  // runs on, freed when done
+//   }
+//   co_await conns.join();  // every connection's reads and writes were stopped too
 //
 // Protocol. The scope's state is shared with its children and guarded by one mutex: the
 // count of children alive, what finished since the last next() (a count, the values of

@@ -9,11 +9,12 @@
 //   spawn_tuple starts with none (a fork is a push onto the worker's deque that does not
 //   see the forking task); give such work a scope, or pass a token as an argument.
 // Stopping is cooperative: the token's owner calls request_stop(); the task sees it
-// through `co_await weft::this_task::stop_requested()`, or hands the token on: to a
-// std::stop_callback (which may close a channel the task pulls from, set an event it
-// waits on), or to weft::io::with_cancel(op, token), which ends an I/O operation with
-// std::errc::operation_canceled. Operations do not yet watch the task's token by
-// themselves.
+// through `co_await weft::this_task::stop_requested()`; the io_uring operations of
+// weft::io (accept, connect, read_some, write_some, write_all, sleep_for) watch it by
+// themselves and end with std::errc::operation_canceled (io/README.md). Channels,
+// locks and Asio operations do not watch it yet: hand the token to a
+// std::stop_callback (which may close a channel the task pulls from, or set an event it
+// waits on), or to weft::io::with_cancel(op, token) for an Asio operation.
 #pragma once
 
 #include <coroutine>

@@ -146,23 +146,24 @@ write_all_awaitable::write_all_awaitable(uring_context& ctx, int fd, std::uint64
   m_op.m_on_cqe = &on_cqe;
 }
 
-bool write_all_awaitable::await_suspend(std::coroutine_handle<> h) {
-  m_op.m_arg = this;
-  return uring_awaitable::await_suspend(h);
-}
-
 bool write_all_awaitable::on_cqe(uring_op& op, int res, unsigned) {
   auto* self = static_cast<write_all_awaitable*>(op.m_arg);
   if (res <= 0) return true;
   self->m_done += static_cast<std::size_t>(res);
   if (self->m_done >= self->m_total) return true;
+  // A stop requested meanwhile (its cancel may have found no send in flight): end here.
+  if (op.m_watch != nullptr && op.m_watch->m_fired.load(std::memory_order_acquire)) {
+    self->m_stopped = true;
+    return true;
+  }
   op.m_buf = static_cast<char*>(op.m_buf) + res;
   op.m_len = clamp_len(self->m_total - self->m_done);
-  uring_impl::current()->prepare(op);  // on the loop thread: send the rest
+  uring_impl::current()->prepare(op, false);  // on the loop thread: send the rest
   return false;
 }
 
 io_result write_all_awaitable::await_resume() const noexcept {
+  if (m_stopped) return {make_error_code(error::cancelled), m_done};
   if (m_op.m_res < 0) return {failure(m_op), m_done};
   if (m_op.m_res == 0 && m_done < m_total) return {errno_code(EPIPE), m_done};
   return {{}, m_done};
@@ -181,7 +182,7 @@ connect_awaitable::connect_awaitable(uring_context& ctx, tcp_stream& stream, con
   }
 }
 
-bool connect_awaitable::await_suspend(std::coroutine_handle<> h) {
+bool connect_awaitable::open_socket() {
   const int fd = ::socket(m_to.data()->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) {
     m_early = errno_code(errno);
@@ -193,7 +194,7 @@ bool connect_awaitable::await_suspend(std::coroutine_handle<> h) {
   m_op.m_socket = m_stream->socket_id();
   m_op.m_buf = m_to.data();
   m_op.m_len = m_to.size();
-  return uring_awaitable::await_suspend(h);
+  return true;
 }
 
 std::error_code connect_awaitable::await_resume() const noexcept {
@@ -308,8 +309,18 @@ bool on_accept_cqe(uring_op& op, int res, unsigned flags) {
       arm(*st);
     }
   }
-  if (wake != nullptr) wake->m_waiter.resume();
+  if (wake != nullptr) uring_impl::finish_custom(*wake);
   return false;
+}
+
+// An accept() whose stop token fired (loop thread): ends it if it still waits.
+bool cancel_accept_waiter(uring_op& op) {
+  auto* st = static_cast<listener_state*>(op.m_arg);
+  const auto it = std::find(st->m_waiters.begin(), st->m_waiters.end(), &op);
+  if (it == st->m_waiters.end()) return false;
+  st->m_waiters.erase(it);
+  op.m_res = -ECANCELED;
+  return true;
 }
 
 bool start_accept(uring_op& op) {
@@ -324,6 +335,8 @@ bool start_accept(uring_op& op) {
     return true;
   }
   st->m_waiters.push_back(&op);
+  op.m_pending = 1;  // its end: finish_custom
+  op.m_cancel = &cancel_accept_waiter;
   if (!st->m_armed) arm(*st);
   return false;
 }
@@ -345,7 +358,7 @@ void close_listener(void* p) {
     uring_op* const w = st->m_waiters.front();
     st->m_waiters.pop_front();
     w->m_res = -ECANCELED;
-    w->m_waiter.resume();
+    uring_impl::finish_custom(*w);
   }
   if (!armed) delete st;
 }
@@ -368,63 +381,6 @@ struct socket_cancel {
 void discard_listener(void* p) { finalize(static_cast<listener_state*>(p)); }
 
 }  // namespace
-
-// ---- with_cancel ----------------------------------------------------------------------------
-
-void uring_cancel::start(uring_context& ctx, uring_op& op) {
-  m_ctx = &ctx;
-  m_op = &op;
-  op.m_on_cqe = &on_cqe;
-  op.m_arg = this;
-  if (ctx.owns_current_thread()) {
-    begin(this);
-  } else {
-    m_begin_call.m_fn = &begin;
-    m_begin_call.m_arg = this;
-    ctx.impl().post_call(m_begin_call, true);  // new work: refused once destruction began
-  }
-}
-
-void uring_cancel::begin(void* p) {
-  auto* self = static_cast<uring_cancel*>(p);
-  uring_impl& loop = *uring_impl::current();
-  loop.prepare(*self->m_op);
-  if (!self->m_token.stop_possible()) return;
-  ++self->m_op->m_pending;  // the registration: released by on_cqe, or by cancel_now once fired
-  self->m_callback.emplace(self->m_token, fire{self});  // fires at once when already stopped
-}
-
-void uring_cancel::fire::operator()() const noexcept {
-  // Always queued, even on the loop thread (begin may be running it inline).
-  m_self->m_cancel_call.m_fn = &cancel_now;
-  m_self->m_cancel_call.m_arg = m_self;
-  m_self->m_ctx->impl().post_call(m_self->m_cancel_call);
-}
-
-void uring_cancel::cancel_now(void* p) {
-  auto* self = static_cast<uring_cancel*>(p);
-  uring_op& op = *self->m_op;
-  if (!self->m_main_done) {
-    io_uring_sqe* s = uring_impl::current()->sqe();
-    io_uring_prep_cancel64(s, reinterpret_cast<std::uintptr_t>(&op), 0);
-    io_uring_sqe_set_data64(s, k_ignore_data);
-  }
-  if (--op.m_pending == 0) op.m_waiter.resume();
-}
-
-bool uring_cancel::on_cqe(uring_op& op, int, unsigned) {
-  auto* self = static_cast<uring_cancel*>(op.m_arg);
-  self->m_main_done = true;
-  if (self->m_callback) {
-    // Unregistering waits for a callback running on another thread. Afterwards the
-    // call it queued, if any, is in the loop's queue (m_cancel_call.m_fn set on the
-    // firing thread, seen here through the wait): cancel_now drops the registration's
-    // count; otherwise it is dropped here.
-    self->m_callback.reset();
-    if (self->m_cancel_call.m_fn == nullptr) --op.m_pending;
-  }
-  return true;
-}
 
 accept_awaitable::accept_awaitable(uring_context& ctx, listener_state* st) noexcept : uring_awaitable(ctx) {
   m_op.m_kind = op_kind::custom;

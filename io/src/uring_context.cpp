@@ -143,7 +143,7 @@ io_uring_sqe* uring_impl::sqe() {
   return s;
 }
 
-void uring_impl::prepare(uring_op& op) {
+void uring_impl::prepare(uring_op& op, bool count) {
   // An operation and its linked timeout must go in one submission: make room for both.
   if (op.m_link_timeout && io_uring_sq_space_left(&m_ring) < 2) io_uring_submit(&m_ring);
   io_uring_sqe* s = sqe();
@@ -161,13 +161,13 @@ void uring_impl::prepare(uring_op& op) {
   }
   io_uring_sqe_set_data64(s, reinterpret_cast<std::uintptr_t>(&op));
   if (op.m_socket != 0) note_socket(op.m_fd, op.m_socket);
-  op.m_pending = 1;
+  if (count) op.m_pending = 1;
   if (op.m_link_timeout) {
     s->flags |= IOSQE_IO_LINK;
     io_uring_sqe* t = sqe();
     io_uring_prep_link_timeout(t, reinterpret_cast<__kernel_timespec*>(op.m_ts), 0);
     io_uring_sqe_set_data64(t, reinterpret_cast<std::uintptr_t>(&op) | k_timeout_bit);
-    op.m_pending = 2;
+    if (count) op.m_pending = 2;
   }
 }
 
@@ -198,10 +198,67 @@ void uring_impl::cancel_socket(int fd, std::uint64_t id) {
 void uring_impl::start_foreign(void* p) {
   auto& op = *static_cast<uring_op*>(p);
   if (op.m_kind == op_kind::custom) {
-    if (op.m_start(op)) op.m_waiter.resume();
+    if (op.m_start(op)) {
+      op.m_waiter.resume();
+      return;
+    }
   } else {
     t_loop->prepare(op);
   }
+  watch_begin(op);
+}
+
+// ---- stop watches (the protocol: stop_watch in weft/io/uring_context.hpp) ---------------
+
+namespace {
+void cancel_watched(void* p) {  // loop thread: the queued call of a fired watch
+  auto& w = *static_cast<stop_watch*>(p);
+  uring_op& op = *w.m_op;
+  if (!w.m_main_done) {
+    if (op.m_kind == op_kind::custom) {
+      if (op.m_cancel != nullptr && op.m_cancel(op)) {  // it ended here, with m_res set
+        w.m_main_done = true;
+        w.m_callback.reset();  // it ran already: nothing to wait for
+        --op.m_pending;        // the operation's own count
+      }
+    } else {
+      io_uring_sqe* s = uring_impl::current()->sqe();
+      io_uring_prep_cancel64(s, reinterpret_cast<std::uintptr_t>(&op), 0);
+      io_uring_sqe_set_data64(s, k_ignore_data);
+    }
+  }
+  if (--op.m_pending == 0) op.m_waiter.resume();  // the watch's count
+}
+}  // namespace
+
+void stop_watch::fire::operator()() const noexcept {
+  stop_watch& w = *m_self;
+  // release: whoever unregisters afterwards and reads m_fired also sees m_call set.
+  w.m_call.m_fn = &cancel_watched;
+  w.m_call.m_arg = &w;
+  w.m_fired.store(true, std::memory_order_release);
+  w.m_ctx->impl().post_call(w.m_call);  // always queued, also when run inline by watch_begin
+}
+
+void uring_impl::watch_begin(uring_op& op) {
+  stop_watch* w = op.m_watch;
+  if (w == nullptr) return;
+  ++op.m_pending;  // the registration's count
+  w->m_callback.emplace(w->m_token, stop_watch::fire{w});  // fires at once when stopped meanwhile
+}
+
+void uring_impl::watch_end(uring_op& op) noexcept {
+  stop_watch* w = op.m_watch;
+  if (w == nullptr || w->m_main_done) return;
+  w->m_main_done = true;
+  w->m_callback.reset();  // waits for a callback running on another thread
+  // acquire: pairs with fire's release. Fired: its queued cancel drops the count.
+  if (!w->m_fired.load(std::memory_order_acquire)) --op.m_pending;
+}
+
+void uring_impl::finish_custom(uring_op& op) noexcept {
+  watch_end(op);
+  if (--op.m_pending == 0) op.m_waiter.resume();
 }
 
 void uring_impl::wake_if_sleeping(std::unique_lock<std::mutex>& lock) {
@@ -270,6 +327,7 @@ void uring_impl::dispatch(std::uint64_t data, int res, unsigned flags) {
   } else {
     if (op->m_on_cqe != nullptr && !op->m_on_cqe(*op, res, flags)) return;
     op->m_res = res;
+    watch_end(*op);
   }
   if (--op->m_pending == 0) op->m_waiter.resume();
 }
@@ -382,8 +440,12 @@ bool uring_context::has_multishot_accept() const noexcept { return m_impl->m_mul
 
 bool uring_context::submit(detail::uring_op& op) {
   if (owns_current_thread()) {
-    if (op.m_kind == detail::op_kind::custom) return !op.m_start(op);
-    m_impl->prepare(op);
+    if (op.m_kind == detail::op_kind::custom) {
+      if (op.m_start(op)) return false;
+    } else {
+      m_impl->prepare(op);
+    }
+    detail::uring_impl::watch_begin(op);
     return true;
   }
   op.m_call.m_fn = &detail::uring_impl::start_foreign;
@@ -391,6 +453,24 @@ bool uring_context::submit(detail::uring_op& op) {
   m_impl->post_call(op.m_call, true);
   return true;
 }
+
+namespace detail {
+
+bool uring_awaitable::suspend(std::coroutine_handle<> h) {
+  if (m_watch.m_token.stop_possible()) {
+    if (m_watch.m_token.stop_requested()) {  // nothing started: nothing to cancel
+      m_op.m_res = -ECANCELED;
+      return false;
+    }
+    m_watch.m_ctx = m_ctx;
+    m_watch.m_op = &m_op;
+    m_op.m_watch = &m_watch;
+  }
+  m_op.m_waiter.capture(h);
+  return m_ctx->submit(m_op);
+}
+
+}  // namespace detail
 
 void uring_context::invoke(detail::loop_call& c) noexcept {
   if (owns_current_thread()) {

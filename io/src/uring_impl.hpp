@@ -33,14 +33,26 @@ class uring_impl {
   // ---- loop thread only ----------------------------------------------------------------
   /// A free SQE; submits what is queued first when the ring is full. Never null.
   io_uring_sqe* sqe();
-  /// Prepares op's SQE (and its linked timeout); its CQE resumes it.
-  void prepare(uring_op& op);
+  /// Prepares op's SQE (and its linked timeout); its CQE resumes it. `count`: set the
+  /// completions the task waits for (a new operation); false for an operation that
+  /// sends its SQE again from its m_on_cqe (write_all), whose counts stand.
+  void prepare(uring_op& op, bool count = true);
   /// Queues a fire-and-forget cancel of everything in flight on socket `id`'s fd `fd`,
   /// unless the last operation this loop started on `fd` was another socket's (the
   /// socket was closed and the number reused): then it does nothing.
   void cancel_socket(int fd, std::uint64_t id);
   /// Runs an operation that was handed over from another thread.
   static void start_foreign(void* op);
+  /// After `op` was started on this thread and did not end at once: registers its stop
+  /// watch, if any (the protocol at stop_watch, weft/io/uring_context.hpp).
+  static void watch_begin(uring_op& op);
+  /// `op` itself has ended (its final CQE, or its custom completion): unregisters the
+  /// watch and drops its count unless the callback fired (then the queued cancel
+  /// does). Call before dropping the operation's own count.
+  static void watch_end(uring_op& op) noexcept;
+  /// The end of a custom operation (accept): watch_end, then its count; resumes the
+  /// task when that was the last.
+  static void finish_custom(uring_op& op) noexcept;
   void push_ready(std::coroutine_handle<> h, unsigned prio) { m_ready[prio].push_back(h.address()); }
 
   // ---- any thread --------------------------------------------------------------------------

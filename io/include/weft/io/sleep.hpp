@@ -15,7 +15,6 @@ namespace detail {
 class sleep_awaitable : public uring_awaitable {
  public:
   sleep_awaitable(uring_context& ctx, std::int64_t ns, bool absolute) noexcept;
-  static constexpr bool k_cancel_ok = true;  // with_cancel applies
   std::error_code await_resume() const noexcept;
 };
 }  // namespace detail

@@ -88,7 +88,6 @@ class transfer_awaitable : public uring_awaitable {
   transfer_awaitable(uring_context& ctx, op_kind kind, int fd, std::uint64_t socket, void* buf,
                      std::size_t len) noexcept;
   static constexpr bool k_linked_timeout_ok = true;  // with_timeout applies
-  static constexpr bool k_cancel_ok = true;          // with_cancel applies
   io_result await_resume() const noexcept { return byte_result(m_op, m_op.m_kind == op_kind::recv && m_op.m_len > 0); }
 };
 
@@ -96,13 +95,18 @@ class transfer_awaitable : public uring_awaitable {
 class write_all_awaitable : public uring_awaitable {
  public:
   write_all_awaitable(uring_context& ctx, int fd, std::uint64_t socket, const void* buf, std::size_t len) noexcept;
-  bool await_suspend(std::coroutine_handle<> h);
+  template <class Promise>
+  bool await_suspend(std::coroutine_handle<Promise> h) {
+    m_op.m_arg = this;  // here, not earlier: the awaitable may have been moved since
+    return uring_awaitable::await_suspend(h);
+  }
   io_result await_resume() const noexcept;
 
  private:
   static bool on_cqe(uring_op& op, int res, unsigned flags);
   std::size_t m_total;
   std::size_t m_done = 0;
+  bool m_stopped = false;  // a stop ended it between two sends
 };
 
 /// connect: makes the socket (synchronously), then an io_uring connect.
@@ -111,10 +115,16 @@ class connect_awaitable : public uring_awaitable {
   connect_awaitable(uring_context& ctx, tcp_stream& stream, const endpoint& to, std::error_code early) noexcept;
   static constexpr bool k_linked_timeout_ok = true;  // with_timeout applies
   bool await_ready() const noexcept { return static_cast<bool>(m_early); }
-  bool await_suspend(std::coroutine_handle<> h);
+  template <class Promise>
+  bool await_suspend(std::coroutine_handle<Promise> h) {
+    if (!open_socket()) return false;  // m_early says why
+    return uring_awaitable::await_suspend(h);
+  }
   std::error_code await_resume() const noexcept;
 
  private:
+  bool open_socket();  // makes the socket and fills in the operation
+
   tcp_stream* m_stream;
   endpoint m_to;
   std::error_code m_early;
@@ -298,74 +308,30 @@ std::remove_cvref_t<Awaitable> with_timeout(Awaitable&& a, std::chrono::duration
   return std::move(a);
 }
 
-namespace detail {
 
-/// The non-template half of with_cancel over a ring operation (io/src/tcp.cpp). While
-/// the token's callback is registered and has fired, the request counts as one more
-/// completion of the operation (uring_op::m_pending), so the task resumes only after
-/// the cancellation handed to the loop has run there: the operation's memory is never
-/// reached through a stale request.
-class uring_cancel {
- public:
-  explicit uring_cancel(std::stop_token token) noexcept : m_token(std::move(token)) {}
-  /// From await_suspend, after the waiter was captured.
-  void start(uring_context& ctx, uring_op& op);
-
- private:
-  struct fire {  // the token's callback: any thread
-    uring_cancel* m_self;
-    void operator()() const noexcept;
-  };
-  static void begin(void* self);                              // loop thread
-  static void cancel_now(void* self);                         // loop thread
-  static bool on_cqe(uring_op& op, int res, unsigned flags);  // loop thread
-
-  std::stop_token m_token;
-  std::optional<std::stop_callback<fire>> m_callback;
-  uring_context* m_ctx = nullptr;
-  uring_op* m_op = nullptr;
-  detail::loop_call m_begin_call;   // begin, when started off the loop thread
-  detail::loop_call m_cancel_call;  // cancel_now (the token was stopped)
-  bool m_main_done = false;
-};
-
-/// The awaitable of with_cancel over a ring operation.
-template <class Awaitable>
-class [[nodiscard]] uring_cancel_op {
- public:
-  uring_cancel_op(Awaitable a, std::stop_token t) : m_a(std::move(a)), m_cancel(std::move(t)) {}
-  bool await_ready() const noexcept { return false; }
-  void await_suspend(std::coroutine_handle<> h) {
-    m_a.op().m_waiter.capture(h);
-    m_cancel.start(m_a.context(), m_a.op());
-  }
-  decltype(auto) await_resume() { return m_a.await_resume(); }
-
- private:
-  Awaitable m_a;
-  uring_cancel m_cancel;
-};
-
-}  // namespace detail
-
-/// Runs a ring operation (read_some, write_some, sleep_for/sleep_until, also one under
+/// Runs a ring operation (any of this file's and weft/io/sleep.hpp's: read_some,
+/// write_some, write_all, connect, accept, sleep_for/sleep_until, also one under
 /// with_timeout) until it completes or a stop is requested on `token` (from any thread,
-/// also before it starts); a cancelled operation yields std::errc::operation_canceled.
-/// Cancellation is best effort: an operation the kernel already finished keeps its result.
-/// `a` must be an rvalue, as for with_timeout (it is moved into the result); the result
-/// is awaitable from any thread, like `a`, and the task resumes on the executor it
-/// awaited from.
+/// also before it starts), watching `token` instead of the awaiting task's own
+/// (weft/stop.hpp); a cancelled operation yields std::errc::operation_canceled.
+/// Cancellation is best effort: an operation the kernel already finished keeps its
+/// result (write_all: the bytes sent so far are reported). `a` must be an rvalue, as for
+/// with_timeout (it is moved into the result); the result is awaitable from any thread,
+/// like `a`, and the task resumes on the executor it awaited from.
 template <class Awaitable>
-  requires(!std::is_lvalue_reference_v<Awaitable> && std::remove_cvref_t<Awaitable>::k_cancel_ok)
-detail::uring_cancel_op<std::remove_cvref_t<Awaitable>> with_cancel(Awaitable&& a, std::stop_token token) {
-  return {std::move(a), std::move(token)};
+  requires(!std::is_lvalue_reference_v<Awaitable> &&
+           std::derived_from<std::remove_cvref_t<Awaitable>, detail::uring_awaitable>)
+std::remove_cvref_t<Awaitable> with_cancel(Awaitable&& a, std::stop_token token) {
+  a.watch(std::move(token));
+  return std::move(a);
 }
 
 /// with_cancel(a, source.get_token()).
 template <class Awaitable>
-  requires(!std::is_lvalue_reference_v<Awaitable> && std::remove_cvref_t<Awaitable>::k_cancel_ok)
-detail::uring_cancel_op<std::remove_cvref_t<Awaitable>> with_cancel(Awaitable&& a, const cancel_source& source) {
-  return {std::move(a), source.get_token()};
+  requires(!std::is_lvalue_reference_v<Awaitable> &&
+           std::derived_from<std::remove_cvref_t<Awaitable>, detail::uring_awaitable>)
+std::remove_cvref_t<Awaitable> with_cancel(Awaitable&& a, const cancel_source& source) {
+  return with_cancel(std::move(a), source.get_token());
 }
 
 }  // namespace weft::io

@@ -12,10 +12,14 @@
 // Other threads wake a waiting loop through an eventfd the ring keeps a read on.
 #pragma once
 
+#include <atomic>
 #include <coroutine>
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <stop_token>
 #include <system_error>
+#include <type_traits>
 
 #include "weft/executor.hpp"
 #include "weft/io/detail/waiter.hpp"
@@ -39,6 +43,8 @@ class uring_unavailable : public std::system_error {
   /// std::system_error's constructors: the cause's error_code and a message.
   using std::system_error::system_error;
 };
+
+class uring_context;
 
 namespace detail {
 
@@ -64,6 +70,39 @@ struct loop_call {
   loop_call* m_next = nullptr;  // the queue's link (loop's mutex)
 };
 
+struct uring_op;
+
+/// Watches a stop token for one ring operation (every uring awaitable has one; the loop
+/// runs the protocol, io/src/uring_context.cpp). The token is the awaiting task's
+/// (weft/stop.hpp), or the one given to with_cancel. On the loop thread, once the
+/// operation is started, a std::stop_callback is registered and counts as one more
+/// completion of the operation (uring_op::m_pending); the callback, on whatever thread
+/// requests the stop, only queues `m_call` to the loop, where the operation is
+/// cancelled (an io_uring cancel, or the op's own m_cancel) and that count dropped.
+/// When the operation ends first, the callback is unregistered (which waits for one
+/// running elsewhere) and the count is dropped there unless the callback fired. So the
+/// task resumes only after a queued cancel has run: never a stale request.
+struct stop_watch {
+  struct fire {  // the callback: any thread
+    stop_watch* m_self;
+    void operator()() const noexcept;
+  };
+  std::stop_token m_token;  // stop_possible() only when watched
+  bool m_explicit = false;  // set by with_cancel: not replaced by the task's token
+  bool m_main_done = false;  // loop thread: the operation itself has ended
+  std::atomic<bool> m_fired{false};  // the callback ran (release, read after unregistering)
+  std::optional<std::stop_callback<fire>> m_callback;
+  uring_context* m_ctx = nullptr;
+  uring_op* m_op = nullptr;
+  loop_call m_call;  // the cancel, queued to the loop by the callback
+
+  stop_watch() = default;
+  // Moved only before the operation starts (with_timeout / with_cancel return the
+  // awaitable by value): the token and the flag go along, nothing else is set yet.
+  stop_watch(stop_watch&& o) noexcept : m_token(std::move(o.m_token)), m_explicit(o.m_explicit) {}
+  stop_watch& operator=(stop_watch&&) = delete;
+};
+
 /// One operation in flight. Lives in the awaiting coroutine's frame until its task is
 /// resumed. Its fields are written by the awaiting thread before submission and by
 /// the loop thread afterwards; the submission hand-off orders the two.
@@ -85,6 +124,10 @@ struct uring_op {
   /// Optional: sees each CQE first; returns false when the operation goes on (resubmitted).
   bool (*m_on_cqe)(uring_op&, int res, unsigned flags) = nullptr;
   void* m_arg = nullptr;        // for m_start / m_on_cqe
+  /// Optional, custom ops: cancels the operation on the loop thread if it is still
+  /// waiting (then sets m_res and returns true: it has ended); false when it is not.
+  bool (*m_cancel)(uring_op&) = nullptr;
+  stop_watch* m_watch = nullptr;  // set while a token is watched (see stop_watch)
   waiter m_waiter;
   loop_call m_call;             // submitted from another thread: the hand-off to the loop
 };
@@ -149,23 +192,40 @@ class uring_context final : public executor {
 
 namespace detail {
 
-/// The common awaitable of a ring operation: submit on suspend, result on resume.
+/// The common awaitable of a ring operation: submit on suspend, result on resume. It
+/// watches the stop token of the weft task awaiting it (or the one with_cancel gave):
+/// a stop ends it with std::errc::operation_canceled; a token stopped before the
+/// operation starts ends it at once, without submitting anything.
 class uring_awaitable {
  public:
   explicit uring_awaitable(uring_context& ctx) noexcept : m_ctx(&ctx) {}
   bool await_ready() const noexcept { return false; }
-  bool await_suspend(std::coroutine_handle<> h) {
-    m_op.m_waiter.capture(h);
-    return m_ctx->submit(m_op);
+  template <class Promise>
+  bool await_suspend(std::coroutine_handle<Promise> h) {
+    if constexpr (std::is_base_of_v<weft::detail::promise_base, Promise>) {
+      const std::stop_token* t = h.promise().m_stop;
+      if (!m_watch.m_explicit && t != nullptr && t->stop_possible()) m_watch.m_token = *t;
+    }
+    return suspend(h);
   }
   /// Not API: the operation (with_timeout sets its linked timeout).
   uring_op& op() noexcept { return m_op; }
   /// Not API: the context the operation runs on.
   uring_context& context() const noexcept { return *m_ctx; }
+  /// Not API: with_cancel's token, watched instead of the awaiting task's.
+  void watch(std::stop_token t) noexcept {
+    m_watch.m_token = std::move(t);
+    m_watch.m_explicit = true;
+  }
 
  protected:
+  /// Records `h` and submits (io/src/uring_context.cpp); false when the operation ended
+  /// already (do not suspend).
+  bool suspend(std::coroutine_handle<> h);
+
   uring_context* m_ctx;
   uring_op m_op;
+  stop_watch m_watch;
 };
 
 }  // namespace detail

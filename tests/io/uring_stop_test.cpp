@@ -1,0 +1,292 @@
+// io_uring operations watch the stop token of the task awaiting them (weft/stop.hpp):
+// every operation kind stopped before it starts, while it waits, and racing its own
+// end; then a server of many connections in a scope, shut down through one token.
+// Skipped (with a WARN naming the cause) where io_uring is unavailable.
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <weft/io/io.hpp>
+#include <weft/weft.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <stop_token>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "io_support.hpp"
+
+using namespace std::chrono_literals;
+using weft::io::endpoint;
+using weft::io::tcp_listener;
+using weft::io::tcp_stream;
+using weft_io_test::connect_plain;
+
+namespace {
+
+constexpr bool k_slow = WEFT_SANITIZED != 0;
+
+// Runs `body` as the only child of a scope whose token `stop` stops (the body's
+// operations watch that token), on `ex`; returns its value.
+template <class T, class Body>
+T run_stoppable(weft::executor& ex, std::stop_source& stop, Body body) {
+  return weft::sync_wait(ex, [&]() -> weft::task<T> {
+    weft::scope<T> s{stop.get_token()};
+    s.spawn(body());
+    auto v = co_await s.next();
+    co_await s.join();
+    co_return std::move(*v);
+  }());
+}
+
+// Requests `stop` from another thread once `ready` is set, `delay` later.
+std::thread stop_later(std::stop_source& stop, std::atomic<bool>& ready, std::chrono::microseconds delay) {
+  return std::thread([&stop, &ready, delay] {
+    while (!ready.load(std::memory_order_acquire)) std::this_thread::yield();
+    std::this_thread::sleep_for(delay);  // not synchronisation: any order is a correct outcome
+    stop.request_stop();
+  });
+}
+
+}  // namespace
+
+TEST_CASE("uring stop: every operation ends at once under a token stopped before it starts", "[io][uring][stop]") {
+  auto io = weft_io_test::make_uring_or_skip();
+  if (!io) return;
+  tcp_listener l(*io);
+  REQUIRE_FALSE(l.listen(endpoint::loopback(0)));
+  const endpoint ep = l.local_endpoint();
+  const int client = connect_plain(ep);  // queued at the listener: accept must not take it
+  REQUIRE(client >= 0);
+  std::stop_source stop;
+  stop.request_stop();
+  auto ok = run_stoppable<bool>(*io, stop, [&]() -> weft::task<bool> {
+    const auto slept = co_await weft::io::sleep_for(*io, 1h);
+    auto [aec, a] = co_await l.accept();
+    tcp_stream s(*io);
+    const auto cec = co_await s.connect(ep);
+    char buf[8];
+    tcp_stream idle(*io);
+    const auto r = co_await idle.read_some(buf, sizeof buf);
+    const auto w = co_await idle.write_all(buf, sizeof buf);
+    co_return slept == std::errc::operation_canceled && aec == std::errc::operation_canceled && !a.is_open() &&
+        cec == std::errc::operation_canceled && !s.is_open() && r.ec == std::errc::operation_canceled &&
+        w.ec == std::errc::operation_canceled;
+  });
+  CHECK(ok);
+  // The queued connection was not consumed: a task with no token accepts it.
+  auto again = weft::sync_wait(*io, [&]() -> weft::task<bool> {
+    auto [ec, a] = co_await l.accept();
+    co_return !ec && a.is_open();
+  }());
+  CHECK(again);
+  ::close(client);
+}
+
+TEST_CASE("uring stop: every operation waiting is ended by the stop", "[io][uring][stop]") {
+  auto io = weft_io_test::make_uring_or_skip();
+  if (!io) return;
+  weft::thread_pool pool{{.threads = 2}};
+  tcp_listener l(*io);
+  REQUIRE_FALSE(l.listen(endpoint::loopback(0)));
+  const endpoint ep = l.local_endpoint();
+
+  // Awaited from the loop's own thread and from a pool's worker (handed to the loop).
+  weft::executor* executors[] = {io.get(), &pool};
+  for (weft::executor* ex : executors) {
+    SECTION(ex == io.get() ? "on the loop thread" : "from a pool") {
+      std::stop_source stop;
+      std::atomic<bool> ready{false};
+      auto stopper = stop_later(stop, ready, 2ms);
+      auto ok = run_stoppable<bool>(*ex, stop, [&]() -> weft::task<bool> {
+        ready.store(true, std::memory_order_release);
+        const auto t0 = std::chrono::steady_clock::now();
+        const auto slept = co_await weft::io::sleep_for(*io, 1h);
+        co_return slept == std::errc::operation_canceled && std::chrono::steady_clock::now() - t0 < 10s;
+      });
+      stopper.join();
+      CHECK(ok);
+
+      std::stop_source stop2;
+      std::atomic<bool> ready2{false};
+      auto stopper2 = stop_later(stop2, ready2, 2ms);
+      auto accepted = run_stoppable<bool>(*ex, stop2, [&]() -> weft::task<bool> {
+        ready2.store(true, std::memory_order_release);
+        auto [ec, a] = co_await l.accept();  // nobody connects
+        co_return ec == std::errc::operation_canceled && !a.is_open();
+      });
+      stopper2.join();
+      CHECK(accepted);
+
+      // A read from a peer that never writes; a write_all of 64 MiB to a peer that never
+      // reads (it blocks once the socket buffers are full: write_all suspends).
+      const int peer = connect_plain(ep);
+      REQUIRE(peer >= 0);
+      auto [aec, conn] = weft::sync_wait(*io, [&]() -> weft::task<weft::io::accept_result> {
+        co_return co_await l.accept();
+      }());
+      REQUIRE_FALSE(aec);
+      std::stop_source stop3;
+      std::atomic<bool> ready3{false};
+      auto stopper3 = stop_later(stop3, ready3, 5ms);
+      std::vector<char> big(64u << 20, 'x');
+      auto rw = run_stoppable<bool>(*ex, stop3, [&]() -> weft::task<bool> {
+        ready3.store(true, std::memory_order_release);
+        char buf[16];
+        auto [rec, n] = co_await conn.read_some(buf, sizeof buf);
+        auto [wec, sent] = co_await conn.write_all(big.data(), big.size());  // stopped already: at once
+        co_return rec == std::errc::operation_canceled && n == 0 && wec == std::errc::operation_canceled &&
+            sent == 0;
+      });
+      stopper3.join();
+      CHECK(rw);
+
+      std::stop_source stop4;
+      std::atomic<bool> ready4{false};
+      auto stopper4 = stop_later(stop4, ready4, 5ms);
+      auto wrote = run_stoppable<std::size_t>(*ex, stop4, [&]() -> weft::task<std::size_t> {
+        ready4.store(true, std::memory_order_release);
+        auto [wec, sent] = co_await conn.write_all(big.data(), big.size());
+        co_return wec == std::errc::operation_canceled ? sent : ~std::size_t{0};
+      });
+      stopper4.join();
+      CHECK(wrote < big.size());  // cancelled part-way, the bytes sent so far reported
+      ::close(peer);
+    }
+  }
+}
+
+TEST_CASE("uring stop: a stop racing the operation's own end: one outcome, nothing lost", "[io][uring][stop]") {
+  auto io = weft_io_test::make_uring_or_skip();
+  if (!io) return;
+  weft::thread_pool pool{{.threads = 2}};
+  tcp_listener l(*io);
+  REQUIRE_FALSE(l.listen(endpoint::loopback(0)));
+  const endpoint ep = l.local_endpoint();
+  const int rounds = k_slow ? 300 : 3000;
+  int accepted = 0;
+  int cancelled = 0;
+  int other = 0;
+  std::vector<int> clients;
+  for (int i = 0; i < rounds; ++i) {
+    std::stop_source stop;
+    // A client connects while the stop is requested: the accept takes it or is
+    // cancelled, and then the connection waits for the next accept.
+    std::thread racer([&] {
+      const int c = connect_plain(ep);
+      if (c >= 0) clients.push_back(c);
+      stop.request_stop();
+    });
+    weft::executor& ex = i % 2 == 0 ? static_cast<weft::executor&>(*io) : pool;
+    auto r = run_stoppable<int>(ex, stop, [&]() -> weft::task<int> {
+      auto [ec, a] = co_await l.accept();
+      if (!ec && a.is_open()) co_return 1;
+      co_return ec == std::errc::operation_canceled ? 0 : -1;
+    });
+    racer.join();
+    if (r == 1) ++accepted;
+    else if (r == 0) ++cancelled;
+    else ++other;
+  }
+  CHECK(other == 0);
+  // Every connection that was not accepted in its round is still queued: take them all.
+  auto rest = weft::sync_wait(*io, [&]() -> weft::task<int> {
+    int n = 0;
+    for (int i = accepted; i < static_cast<int>(clients.size()); ++i) {
+      auto res = co_await l.accept();  // queued already (a lost one fails by the test's time limit)
+      if (!res.ec) ++n;
+    }
+    co_return n;
+  }());
+  CHECK(accepted + rest == static_cast<int>(clients.size()));
+  WARN(accepted << " accepted, " << cancelled << " cancelled, " << rest << " picked up afterwards, of "
+                << clients.size());
+  for (int c : clients) ::close(c);
+}
+
+namespace {
+
+// A connection of the server below: reads until the peer closes or the stop.
+weft::task<void> hold_connection(tcp_stream s, std::atomic<int>& cancelled_reads) {
+  char buf[64];
+  for (;;) {
+    auto [ec, n] = co_await s.read_some(buf, sizeof buf);
+    if (ec == std::errc::operation_canceled) cancelled_reads.fetch_add(1, std::memory_order_relaxed);
+    if (ec || n == 0) co_return;
+  }
+}
+
+// Accepts until stopped, each connection a child of a scope linked to our own token.
+weft::task<void> serve(tcp_listener& l, std::atomic<int>& live, std::atomic<int>& cancelled_reads,
+                       std::atomic<bool>& accept_cancelled) {
+  weft::scope conns{co_await weft::this_task::stop_token()};
+  for (;;) {
+    auto [ec, s] = co_await l.accept();
+    if (ec == std::errc::operation_canceled) {
+      accept_cancelled.store(true, std::memory_order_relaxed);
+      break;
+    }
+    if (ec) continue;
+    live.fetch_add(1, std::memory_order_relaxed);
+    conns.spawn(hold_connection, std::move(s), std::ref(cancelled_reads));
+  }
+  co_await conns.join();
+}
+
+}  // namespace
+
+TEST_CASE("uring stop: a server of thousands of live connections shuts down through one token", "[io][uring][stop]") {
+  auto io = weft_io_test::make_uring_or_skip();
+  if (!io) return;
+  const std::size_t limit = weft_io_test::raise_fd_limit();
+  // Two descriptors a connection (the client's and the server's), and some to spare.
+  const int wanted = k_slow ? 1000 : 10'000;
+  const int conns = static_cast<int>(std::min<std::size_t>(wanted, (limit - 256) / 2));
+  REQUIRE(conns >= 100);
+  if (conns < wanted) WARN("RLIMIT_NOFILE " << limit << " allows " << conns << " connections, not " << wanted);
+  const std::size_t fds_before = weft_io_test::fd_count();
+  std::atomic<int> live{0};
+  std::atomic<int> cancelled_reads{0};
+  std::atomic<bool> accept_cancelled{false};
+  std::stop_source shutdown;
+  std::vector<int> clients;
+  std::chrono::steady_clock::time_point asked;
+  {
+    tcp_listener l(*io);
+    REQUIRE_FALSE(l.listen(endpoint::loopback(0), 4096));
+    const endpoint ep = l.local_endpoint();
+    std::thread driver([&] {
+      for (int i = 0; i < conns; ++i) {
+        const int c = connect_plain(ep);
+        if (c >= 0) clients.push_back(c);
+      }
+      const auto deadline = std::chrono::steady_clock::now() + 60s;
+      while (live.load(std::memory_order_relaxed) < static_cast<int>(clients.size()) &&
+             std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(1ms);
+      asked = std::chrono::steady_clock::now();
+      shutdown.request_stop();  // SIGINT's handler would do this
+    });
+    weft::sync_wait(*io, [&]() -> weft::task<void> {
+      weft::scope root{shutdown.get_token()};
+      root.spawn(serve(l, live, cancelled_reads, accept_cancelled));
+      co_await root.join();
+    }());
+    const auto took = std::chrono::steady_clock::now() - asked;
+    driver.join();
+    CHECK(static_cast<int>(clients.size()) == conns);
+    CHECK(live.load() == conns);
+    CHECK(cancelled_reads.load() == conns);  // every connection ended by the stop
+    CHECK(accept_cancelled.load());
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(took).count();
+    WARN(conns << " connections and the accept loop stopped and joined in " << ms << " ms");
+    CHECK(ms < (k_slow ? 5000 : 1000));
+  }
+  for (int c : clients) ::close(c);
+  CHECK(weft_io_test::fd_count() == fds_before);
+}
