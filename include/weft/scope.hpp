@@ -153,12 +153,6 @@ class scope_values final : public scope_state {
   }
 };
 
-/// Forwards a stop request of the parent token to the scope.
-struct stop_forward {
-  std::stop_source* m_source;
-  void operator()() const noexcept { m_source->request_stop(); }
-};
-
 /// The wrapper a child runs in: runs `t`, frees its frame, then reports to `st`.
 template <class T, class State>
 task<void> scope_child(task<T> t, State* st) {

@@ -55,6 +55,13 @@ struct stop_requested_awaiter : task_token_reader {
   bool await_resume() const noexcept { return m_token != nullptr && m_token->stop_requested(); }
 };
 
+/// A stop callback that forwards a parent token's stop request to a source (a scope's,
+/// a deadline's).
+struct stop_forward {
+  std::stop_source* m_source;
+  void operator()() const noexcept { m_source->request_stop(); }
+};
+
 }  // namespace detail
 
 namespace this_task {

@@ -23,6 +23,7 @@
 #include "weft/stop.hpp"
 #include "weft/sync_wait.hpp"
 #include "weft/task.hpp"
+#include "weft/timeout.hpp"
 #include "weft/version.hpp"
 #include "weft/when_any.hpp"
 #include "weft/yield.hpp"

@@ -290,3 +290,37 @@ TEST_CASE("uring stop: a server of thousands of live connections shuts down thro
   for (int c : clients) ::close(c);
   CHECK(weft_io_test::fd_count() == fds_before);
 }
+
+TEST_CASE("uring stop: weft::with_timeout on accept and on write_all to a peer that never reads",
+          "[io][uring][stop][timeout]") {
+  auto io = weft_io_test::make_uring_or_skip();
+  if (!io) return;
+  weft::thread_pool pool{{.threads = 2}};
+  tcp_listener l(*io);
+  REQUIRE_FALSE(l.listen(endpoint::loopback(0)));
+  const endpoint ep = l.local_endpoint();
+
+  // accept: nobody connects in time; a client that comes afterwards is not lost.
+  auto r = weft::sync_wait(pool, weft::with_timeout(l.accept(), 20ms));
+  CHECK(r.ec == std::errc::timed_out);
+  REQUIRE(r.value.has_value());
+  CHECK(r.value->ec == std::errc::operation_canceled);
+  CHECK_FALSE(r.value->stream.is_open());
+  const int peer = connect_plain(ep);
+  REQUIRE(peer >= 0);
+  auto [aec, conn] = weft::sync_wait(*io, [&]() -> weft::task<weft::io::accept_result> {
+    co_return co_await l.accept();
+  }());
+  REQUIRE_FALSE(aec);
+
+  // write_all of 64 MiB to a peer that never reads: suspends once the buffers are full,
+  // until the deadline stops it; the bytes sent so far are reported.
+  std::vector<char> big(64u << 20, 'x');
+  auto w = weft::sync_wait(pool, weft::with_timeout(conn.write_all(big.data(), big.size()), 50ms));
+  CHECK(w.ec == std::errc::timed_out);
+  REQUIRE(w.value.has_value());
+  CHECK(w.value->ec == std::errc::operation_canceled);
+  CHECK(w.value->n < big.size());
+  CHECK(conn.is_open());  // only the operation ended, not the connection
+  ::close(peer);
+}
