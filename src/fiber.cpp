@@ -258,39 +258,16 @@ std::coroutine_handle<> complete_fiber(fiber_base* f) noexcept {
 // ---- the driver coroutine -------------------------------------------------------------
 
 struct fiber_driver {
-  struct promise_type {
-    explicit promise_type(fiber_base& f) noexcept : m_fiber(&f) {}
-
-    static void* operator new(std::size_t n) { return allocate_frame(n); }
-    static void operator delete(void* p, std::size_t n) noexcept { deallocate_frame(p, n); }
-
-    fiber_driver get_return_object() noexcept {
-      return fiber_driver{std::coroutine_handle<promise_type>::from_promise(*this)};
-    }
-    std::suspend_always initial_suspend() const noexcept { return {}; }
-    struct final_awaiter {
-      bool await_ready() const noexcept { return false; }
-      std::coroutine_handle<> await_suspend(std::coroutine_handle<promise_type> h) const noexcept {
-        fiber_base* f = h.promise().m_fiber;
-        h.destroy();
-        return complete_fiber(f);
-      }
-      void await_resume() const noexcept {}
-    };
-    final_awaiter final_suspend() const noexcept { return {}; }
-    void return_void() const noexcept {}
-    void unhandled_exception() const noexcept { std::terminate(); }  // the body cannot throw
-
-    fiber_base* m_fiber;
-  };
-  std::coroutine_handle<promise_type> m_h;
+  using promise_type = fiber_driver_promise;
+  fiber_driver(fiber_driver_handle h) noexcept : m_h(h) {}  // NOLINT: from get_return_object
+  fiber_driver_handle m_h;
 };
 
 /// The driver's view of a fiber's pending weft::await.
 struct erased_awaiter {
   fiber_await_op* m_op;
   bool await_ready() const noexcept { return false; }  // the fiber already asked
-  std::coroutine_handle<> await_suspend(std::coroutine_handle<> driver) const noexcept {
+  std::coroutine_handle<> await_suspend(fiber_driver_handle driver) const noexcept {
     try {
       return m_op->m_suspend(m_op->m_awaiter, driver);
     } catch (...) {
@@ -307,6 +284,17 @@ fiber_driver drive(fiber_base& f) {
 }
 
 }  // namespace
+
+fiber_driver_promise::fiber_driver_promise(fiber_base& f) noexcept
+    : m_fiber(&f), m_stop(f.m_stop_token.stop_possible() ? &f.m_stop_token : nullptr) {}
+void* fiber_driver_promise::operator new(std::size_t n) { return allocate_frame(n); }
+void fiber_driver_promise::operator delete(void* p, std::size_t n) noexcept { deallocate_frame(p, n); }
+
+std::coroutine_handle<> fiber_driver_promise::final_awaiter::await_suspend(fiber_driver_handle h) const noexcept {
+  fiber_base* f = h.promise().m_fiber;
+  h.destroy();
+  return complete_fiber(f);
+}
 
 // ---- fiber_base ---------------------------------------------------------------------
 
@@ -333,6 +321,7 @@ void fiber_base::start(const fiber_options& options) {
 #endif
   m_executor = ex;
   m_prio = prio;
+  m_stop_token = options.stop_token;
   const fiber_driver d = drive(*this);  // may throw bad_alloc: ~fiber_base cleans up
   try {
     ex->schedule(d.m_h, prio);

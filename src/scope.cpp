@@ -25,9 +25,11 @@ void scope_state::child_not_started() noexcept {
   drop_ref();
 }
 
-void scope_state::on_done_locked(std::exception_ptr error, std::coroutine_handle<>& wake) noexcept {
+void scope_state::on_done_locked(std::exception_ptr error, bool stopped, std::coroutine_handle<>& wake) noexcept {
   --m_alive;
-  if (!error) {
+  if (stopped) {
+    // nothing to report or rethrow
+  } else if (!error) {
     ++m_unreported;
   } else if (m_policy == scope_policy::collect) {
     try {

@@ -39,13 +39,20 @@ class barrier {
     /// Never ready: the arrival happens in await_suspend.
     bool await_ready() const noexcept { return false; }
     /// Arrives for the awaiting coroutine `h`: true when it waits for the rest of the
-    /// phase, false (resume at once) when this arrival was the phase's last.
-    bool await_suspend(std::coroutine_handle<> h) noexcept {
+    /// phase, false (resume at once) when this arrival was the phase's last, or its stop
+    /// token is stopped (no arrival then).
+    template <class Promise>
+    bool await_suspend(std::coroutine_handle<Promise> h) noexcept {
       m_node.park(h);
+      m_stop.arm(h, m_barrier, m_node, &detail::cancel_owner_wait<barrier>);
       return m_barrier->arrive(m_node, m_phase);
     }
-    /// The number of the phase this arrival belonged to (completed by now).
-    std::size_t await_resume() const noexcept { return m_phase; }
+    /// The number of the phase this arrival belonged to (completed by now). Throws
+    /// weft::cancelled when the stop came first (the arrival was withdrawn).
+    std::size_t await_resume() {
+      if (m_stop.stopped(m_node)) throw cancelled();
+      return m_phase;
+    }
 
    private:
     friend class barrier;
@@ -53,9 +60,13 @@ class barrier {
     barrier* m_barrier;
     std::size_t m_phase = 0;
     detail::waiter m_node;
+    detail::wait_stop m_stop;
   };
 
   /// `co_await b.arrive_and_wait()`: arrives and waits for the rest of this phase.
+  /// When the awaiting task's stop token is stopped before the phase completes, the
+  /// arrival is withdrawn (the phase still needs one) and it throws weft::cancelled
+  /// (weft/stop.hpp).
   [[nodiscard]] arrive_awaiter arrive_and_wait() noexcept { return arrive_awaiter{*this}; }
 
   /// Blocking arrive_and_wait for plain threads; returns the phase number. Thread-safe.
@@ -92,6 +103,7 @@ class barrier {
     detail::waiter* all = nullptr;
     {
       std::lock_guard lock(m_lock);
+      if (!node.begin_park()) return false;  // stopped first: no arrival
       phase = m_phase;
       if (--m_left != 0) {
         m_waiters.push_back(&node);
@@ -101,6 +113,15 @@ class barrier {
     }
     detail::wake_chain(all);
     return false;
+  }
+  template <class Owner>
+  friend bool detail::cancel_owner_wait(void*, detail::waiter&) noexcept;
+  /// The stop callback's step (detail/waiter.hpp): a withdrawn arrival counts again.
+  bool cancel_wait(detail::waiter& node) noexcept {
+    std::lock_guard lock(m_lock);
+    if (!m_waiters.cancel(node)) return false;
+    ++m_left;
+    return true;
   }
   detail::waiter* next_phase_locked() noexcept {
     ++m_phase;

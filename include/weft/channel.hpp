@@ -174,14 +174,20 @@ class channel {
       return s != channel_status::full;
     }
     /// Queues the awaiting coroutine `h` as a producer: true. False (resume at once) when
-    /// a consumer, room or close() came meanwhile and the push was settled here. Throws
-    /// what allocating a segment throws (nothing pushed).
-    bool await_suspend(std::coroutine_handle<> h) {
+    /// a consumer, room or close() came meanwhile and the push was settled here, or its
+    /// stop token is stopped. Throws what allocating a segment throws (nothing pushed).
+    template <class Promise>
+    bool await_suspend(std::coroutine_handle<Promise> h) {
       m_node.park(h);
+      m_stop.arm(h, m_ch, m_node, &channel::cancel_push);
       return m_ch->park_producer(m_node, m_value);
     }
-    /// True when the element was pushed, false when the channel was closed first.
-    bool await_resume() const noexcept { return m_node.m_ok; }
+    /// True when the element was pushed; false when the channel was closed first, or
+    /// the awaiting task's stop token was stopped first.
+    bool await_resume() noexcept {
+      m_stop.stopped(m_node);  // a stopped push leaves m_ok false
+      return m_node.m_ok;
+    }
 
    private:
     friend class channel;
@@ -190,11 +196,14 @@ class channel {
     channel* m_ch;
     T m_value;
     push_waiter m_node;
+    detail::wait_stop m_stop;
   };
 
   /// `co_await ch.push(v)`: pushes `v`, suspending while a bounded channel is full
   /// (waiting producers are served in FIFO order). True once pushed; false when the
-  /// channel is closed before it could be (the element is then dropped). Thread-safe.
+  /// channel is closed before it could be, or the awaiting task's stop token is stopped
+  /// while it waits (weft/stop.hpp; the channel stays open); the element is then
+  /// dropped. Thread-safe.
   template <class U = T>
     requires std::constructible_from<T, U&&>
   [[nodiscard]] push_awaiter push(U&& v) {
@@ -287,24 +296,33 @@ class channel {
     /// waiting: true (no suspension) unless the channel is empty and open.
     bool await_ready() { return m_ch->pull_ready(m_node); }
     /// Queues the awaiting coroutine `h` as a consumer: true. False (resume at once) when
-    /// an element or close() came meanwhile and was taken here.
-    bool await_suspend(std::coroutine_handle<> h) {
+    /// an element or close() came meanwhile and was taken here, or its stop token is
+    /// stopped.
+    template <class Promise>
+    bool await_suspend(std::coroutine_handle<Promise> h) {
       m_node.park(h);
+      m_stop.arm(h, m_ch, m_node, &channel::cancel_pull);
       return m_ch->park_consumer(m_node);
     }
-    /// The element pulled, or nullopt once the channel is closed and drained.
-    std::optional<T> await_resume() noexcept { return std::move(m_node.m_value); }
+    /// The element pulled, or nullopt once the channel is closed and drained, or when
+    /// the awaiting task's stop token was stopped first.
+    std::optional<T> await_resume() noexcept {
+      m_stop.stopped(m_node);  // a stopped pull leaves m_value empty
+      return std::move(m_node.m_value);
+    }
 
    private:
     friend class channel;
     explicit pull_awaiter(channel& ch) noexcept : m_ch(&ch) {}
     channel* m_ch;
     pull_waiter m_node;
+    detail::wait_stop m_stop;
   };
 
   /// `co_await ch.pull()`: the oldest element, suspending while the channel is empty
   /// and open (waiting consumers are served in FIFO order); nullopt once it is closed
-  /// and drained. Thread-safe.
+  /// and drained, or when the awaiting task's stop token is stopped while it waits
+  /// (weft/stop.hpp; nothing is taken, the channel stays open). Thread-safe.
   [[nodiscard]] pull_awaiter pull() noexcept { return pull_awaiter{*this}; }
 
   /// Blocking pull for plain threads: like pull(), but blocks the calling thread while
@@ -422,6 +440,7 @@ class channel {
     detail::waiter* woken = nullptr;
     {
       std::lock_guard pull(m_pull_lock);
+      if (!node.begin_park()) return false;  // stopped first: m_value stays empty
       const auto to_node = [&](T&& v) noexcept { node.m_value.emplace(std::move(v)); };
       if (!m_items.empty()) {
         woken = take_front_locked(to_node);
@@ -450,7 +469,7 @@ class channel {
       // no pull can free a place between the check and the queueing.
       std::lock_guard pull(m_pull_lock);
       std::lock_guard push(m_push_lock);
-      if (m_closed) {
+      if (!node.begin_park() || m_closed) {  // stopped first, or closed: not pushed
         node.m_ok = false;
         return false;
       }
@@ -468,6 +487,21 @@ class channel {
     }
     if (woken != nullptr) woken->wake();
     return false;
+  }
+
+  /// The stop callbacks' steps (detail/waiter.hpp), under both locks: that covers
+  /// every path that settles or queues a waiter, whichever lock guards its list.
+  static bool cancel_pull(void* self, detail::waiter& node) noexcept {
+    auto* ch = static_cast<channel*>(self);
+    std::lock_guard pull(ch->m_pull_lock);
+    std::lock_guard push(ch->m_push_lock);
+    return ch->m_consumers.cancel(node);
+  }
+  static bool cancel_push(void* self, detail::waiter& node) noexcept {
+    auto* ch = static_cast<channel*>(self);
+    std::lock_guard pull(ch->m_pull_lock);
+    std::lock_guard push(ch->m_push_lock);
+    return ch->m_producers.cancel(node);
   }
 
   // The consumers' side: its lock and what only it guards (the store's pull end has

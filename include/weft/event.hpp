@@ -50,6 +50,8 @@ class manual_reset_event {
   using wait_awaiter = detail::park_awaiter<manual_reset_event>;
 
   /// `co_await ev.wait()`: continues once the event is set (at once if it is).
+  /// Throws weft::cancelled when the awaiting task's stop token is stopped while it
+  /// waits (weft/stop.hpp).
   [[nodiscard]] wait_awaiter wait() noexcept { return wait_awaiter{*this}; }
 
   /// Blocking wait for plain threads. Thread-safe.
@@ -61,11 +63,17 @@ class manual_reset_event {
   template <class Owner>
   friend void detail::park_blocking(Owner&) noexcept;
   bool try_now() const noexcept { return is_set(); }
+  template <class Owner>
+  friend bool detail::cancel_owner_wait(void*, detail::waiter&) noexcept;
   bool park(detail::waiter& node) noexcept {
     std::lock_guard lock(m_lock);
-    if (m_set) return false;
+    if (!node.begin_park() || m_set) return false;
     m_waiters.push_back(&node);
     return true;
+  }
+  bool cancel_wait(detail::waiter& node) noexcept {
+    std::lock_guard lock(m_lock);
+    return m_waiters.cancel(node);
   }
 
   mutable detail::spin_lock m_lock;
@@ -109,6 +117,8 @@ class auto_reset_event {
   using wait_awaiter = detail::park_awaiter<auto_reset_event>;
 
   /// `co_await ev.wait()`: takes the signal, waiting in FIFO order for a set().
+  /// Throws weft::cancelled, the signal not taken, when the awaiting task's stop token
+  /// is stopped while it waits (weft/stop.hpp).
   [[nodiscard]] wait_awaiter wait() noexcept { return wait_awaiter{*this}; }
 
   /// Blocking wait for plain threads. Thread-safe.
@@ -120,11 +130,17 @@ class auto_reset_event {
   template <class Owner>
   friend void detail::park_blocking(Owner&) noexcept;
   bool try_now() noexcept { return try_wait(); }
+  template <class Owner>
+  friend bool detail::cancel_owner_wait(void*, detail::waiter&) noexcept;
   bool park(detail::waiter& node) noexcept {
     std::lock_guard lock(m_lock);
-    if (std::exchange(m_set, false)) return false;
+    if (!node.begin_park() || std::exchange(m_set, false)) return false;
     m_waiters.push_back(&node);
     return true;
+  }
+  bool cancel_wait(detail::waiter& node) noexcept {
+    std::lock_guard lock(m_lock);
+    return m_waiters.cancel(node);
   }
 
   detail::spin_lock m_lock;

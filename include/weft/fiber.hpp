@@ -22,6 +22,7 @@
 #include <memory>
 #include <optional>
 #include <stdexcept>
+#include <stop_token>
 #include <type_traits>
 #include <utility>
 
@@ -49,15 +50,50 @@ struct fiber_options {
   /// SIGSEGV instead of corrupting memory. Under ASan/TSan the stack is 4x larger
   /// (instrumented frames are bigger).
   std::size_t stack_size = 64 * 1024;
+  /// The stop token the fiber runs under, as a task does (weft/stop.hpp): what it
+  /// awaits with weft::await watches it (a task awaited passes it on; a channel pull
+  /// ends with nullopt, a lock throws weft::cancelled, an io_uring operation ends with
+  /// std::errc::operation_canceled). Empty by default: nothing watches anything.
+  std::stop_token stop_token{};
 };
 
 namespace detail {
+
+class fiber_base;
+
+/// The promise of a fiber's driver coroutine (src/fiber.cpp). What a fiber awaits is
+/// suspended with the driver's handle, typed, so that it finds the fiber's stop token in
+/// m_stop as it would a task's (detail::awaiting_token).
+struct fiber_driver_promise {
+  explicit fiber_driver_promise(fiber_base& f) noexcept;
+  static void* operator new(std::size_t n);
+  static void operator delete(void* p, std::size_t n) noexcept;
+  std::coroutine_handle<fiber_driver_promise> get_return_object() noexcept {
+    return std::coroutine_handle<fiber_driver_promise>::from_promise(*this);
+  }
+  std::suspend_always initial_suspend() const noexcept { return {}; }
+  /// Frees the driver and completes the fiber's join word.
+  struct final_awaiter {
+    bool await_ready() const noexcept { return false; }
+    std::coroutine_handle<> await_suspend(std::coroutine_handle<fiber_driver_promise> h) const noexcept;
+    void await_resume() const noexcept {}
+  };
+  final_awaiter final_suspend() const noexcept { return {}; }
+  void return_void() const noexcept {}
+  [[noreturn]] void unhandled_exception() const noexcept { std::terminate(); }  // the body cannot throw
+
+  fiber_base* m_fiber;
+  const std::stop_token* m_stop;  // the fiber's token, or null when it has none
+};
+
+/// The driver's handle, as awaiters see it.
+using fiber_driver_handle = std::coroutine_handle<fiber_driver_promise>;
 
 /// One pending weft::await of a fiber, type-erased for its driver: await_suspend of
 /// the real awaiter, called on the worker's stack with the driver's handle.
 struct fiber_await_op {
   void* m_awaiter;
-  std::coroutine_handle<> (*m_suspend)(void* awaiter, std::coroutine_handle<> driver);
+  std::coroutine_handle<> (*m_suspend)(void* awaiter, fiber_driver_handle driver);
   std::exception_ptr m_error;  // await_suspend threw: rethrown in the fiber
 };
 
@@ -106,6 +142,7 @@ class fiber_base {
   void* m_stack_base = nullptr;    // mapping base (the guard page)
   std::size_t m_stack_bytes = 0;   // whole mapping, guard page included
   bool m_finished = false;
+  std::stop_token m_stop_token;  // fiber_options::stop_token
   void* m_eh_caught = nullptr;     // the fiber's C++ exception-handling globals while switched out
   unsigned m_eh_uncaught = 0;
   const void* m_asan_return_bottom = nullptr;  // ASan: the stack the fiber returns to
@@ -169,7 +206,7 @@ decltype(auto) get_awaiter(A&& a) {
 
 /// await_suspend of Awaiter, with its void / bool / handle result as the handle to run.
 template <class Awaiter>
-std::coroutine_handle<> suspend_erased(void* awaiter, std::coroutine_handle<> driver) {
+std::coroutine_handle<> suspend_erased(void* awaiter, fiber_driver_handle driver) {
   auto& a = *static_cast<Awaiter*>(awaiter);
   using S = decltype(a.await_suspend(driver));
   if constexpr (std::is_void_v<S>) {

@@ -49,7 +49,8 @@ class latch {
   /// Awaiter of wait() (see detail::park_awaiter).
   using wait_awaiter = detail::park_awaiter<latch>;
 
-  /// `co_await l.wait()`: continues once the count is zero.
+  /// `co_await l.wait()`: continues once the count is zero. Throws weft::cancelled when
+  /// the awaiting task's stop token is stopped while it waits (weft/stop.hpp).
   [[nodiscard]] wait_awaiter wait() noexcept { return wait_awaiter{*this}; }
 
   /// Blocking wait for plain threads. Thread-safe.
@@ -61,11 +62,17 @@ class latch {
   template <class Owner>
   friend void detail::park_blocking(Owner&) noexcept;
   bool try_now() noexcept { return try_wait(); }
+  template <class Owner>
+  friend bool detail::cancel_owner_wait(void*, detail::waiter&) noexcept;
   bool park(detail::waiter& node) noexcept {
     std::lock_guard lock(m_lock);
-    if (m_count == 0) return false;
+    if (!node.begin_park() || m_count == 0) return false;
     m_waiters.push_back(&node);
     return true;
+  }
+  bool cancel_wait(detail::waiter& node) noexcept {
+    std::lock_guard lock(m_lock);
+    return m_waiters.cancel(node);
   }
 
   mutable detail::spin_lock m_lock;

@@ -98,23 +98,31 @@ class mutex {
     /// Takes the mutex if it is free now (as try_lock()): true (no suspension) then.
     bool await_ready() noexcept { return m_mutex->try_lock(); }
     /// Queues the awaiting coroutine `h`: true. False (resume at once) when the mutex was
-    /// free after all and was taken here.
-    bool await_suspend(std::coroutine_handle<> h) noexcept {
+    /// free after all and was taken here, or its stop token is stopped.
+    template <class Promise>
+    bool await_suspend(std::coroutine_handle<Promise> h) noexcept {
       m_node.park(h);
+      m_stop.arm(h, m_mutex, m_node, &detail::cancel_owner_wait<mutex>);
       return m_mutex->park(m_node);
     }
-    /// A scoped_lock owning the mutex (taken here, or handed over by unlock()).
-    scoped_lock await_resume() const noexcept { return scoped_lock{*m_mutex, std::adopt_lock}; }
+    /// A scoped_lock owning the mutex (taken here, or handed over by unlock()). Throws
+    /// weft::cancelled when the stop came first (the mutex was not taken).
+    scoped_lock await_resume() {
+      if (m_stop.stopped(m_node)) throw cancelled();
+      return scoped_lock{*m_mutex, std::adopt_lock};
+    }
 
    private:
     friend class mutex;
     explicit lock_awaiter(mutex& m) noexcept : m_mutex(&m) {}
     mutex* m_mutex;
     detail::waiter m_node;
+    detail::wait_stop m_stop;
   };
 
   /// `auto guard = co_await m.lock();`: the mutex, waiting in FIFO order while it is
-  /// held. Thread-safe.
+  /// held. Throws weft::cancelled, the mutex not taken, when the awaiting task's stop
+  /// token is stopped while it waits (weft/stop.hpp). Thread-safe.
   [[nodiscard]] lock_awaiter lock() noexcept { return lock_awaiter{*this}; }
 
   /// Blocking lock for plain threads (on an executor's thread it blocks the worker).
@@ -130,14 +138,22 @@ class mutex {
 
  private:
   /// Queues `node` unless the mutex is free now (then takes it): true when it waits.
+  template <class Owner>
+  friend bool detail::cancel_owner_wait(void*, detail::waiter&) noexcept;
   bool park(detail::waiter& node) noexcept {
     std::lock_guard lock(m_lock);
+    if (!node.begin_park()) return false;
     if (!m_locked) {
       m_locked = true;
       return false;
     }
     m_waiters.push_back(&node);
     return true;
+  }
+  /// The stop callback's step for a waiter (detail/waiter.hpp).
+  bool cancel_wait(detail::waiter& node) noexcept {
+    std::lock_guard lock(m_lock);
+    return m_waiters.cancel(node);
   }
 
   detail::spin_lock m_lock;

@@ -70,16 +70,17 @@ class scope_state {
   void child_added() noexcept;
   /// Queueing that child failed: undoes child_added.
   void child_not_started() noexcept;
-  /// A child finished (its frame already freed) with `error` (or none); `store` runs
-  /// under the lock for a value to keep (scope<T>). Wakes the waiter when due, then
-  /// drops the child's reference (which may free the state).
+  /// A child finished (its frame already freed) with `error` (or none), or `stopped`
+  /// (it ended with weft::cancelled after a stop: no value, no error, nothing to
+  /// report); `store` runs under the lock for a value to keep (scope<T>). Wakes the
+  /// waiter when due, then drops the child's reference (which may free the state).
   template <class Store>
-  void child_done(std::exception_ptr error, Store&& store) noexcept {
+  void child_done(std::exception_ptr error, bool stopped, Store&& store) noexcept {
     std::coroutine_handle<> wake;
     {
       std::lock_guard lock(m_mutex);
-      if (!error) store();
-      on_done_locked(std::move(error), wake);
+      if (!error && !stopped) store();
+      on_done_locked(std::move(error), stopped, wake);
     }
     finish_report(wake);
   }
@@ -119,7 +120,7 @@ class scope_state {
   std::size_t m_unreported = 0;  // finished, not yet reported by next()
 
  private:
-  void on_done_locked(std::exception_ptr error, std::coroutine_handle<>& wake) noexcept;
+  void on_done_locked(std::exception_ptr error, bool stopped, std::coroutine_handle<>& wake) noexcept;
   void finish_report(std::coroutine_handle<> wake) noexcept;
   bool suspend(std::coroutine_handle<> h, bool for_next) noexcept;
   void drop_ref() noexcept;
@@ -157,6 +158,7 @@ class scope_values final : public scope_state {
 template <class T, class State>
 task<void> scope_child(task<T> t, State* st) {
   std::exception_ptr error;
+  bool stopped = false;
   std::optional<std::conditional_t<std::is_void_v<T>, char, T>> value;
   try {
     if constexpr (std::is_void_v<T>) {
@@ -164,11 +166,15 @@ task<void> scope_child(task<T> t, State* st) {
     } else {
       value.emplace(co_await std::move(t));
     }
+  } catch (const cancelled&) {
+    // A wait ended by the scope's stop: the child stopped, it did not fail.
+    if (st->m_token.stop_requested()) stopped = true;
+    else error = std::current_exception();
   } catch (...) {
     error = std::current_exception();
   }
   t = task<T>{};  // the child's locals (a connection's socket, say) go before the scope hears
-  st->child_done(std::move(error), [&]() noexcept {
+  st->child_done(std::move(error), stopped, [&]() noexcept {
     if constexpr (!std::is_void_v<T>) {
       try {
         st->m_values.push_back(std::move(*value));
@@ -200,7 +206,10 @@ struct scope_wait {
 /// token given to the constructor) stops; `co_await join()` waits for all and rethrows
 /// the first exception (see scope_policy); `co_await next()` reports children one by one
 /// as they finish. For `scope<T>` with T not void, children are task<T> and next()
-/// hands over their values; values next() did not take are dropped by join().
+/// hands over their values; values next() did not take are dropped by join(). A child
+/// that ends by throwing weft::cancelled once the scope's token is stopped (a lock or
+/// event wait cut short, weft/stop.hpp) counts as stopped: not an error, and nothing
+/// for next() to report.
 ///
 /// Destroying a scope with children still alive is a programming error: it prints a
 /// message and aborts (the children use state the scope's owner is about to free, so

@@ -53,6 +53,8 @@ class semaphore {
   using acquire_awaiter = detail::park_awaiter<semaphore>;
 
   /// `co_await s.acquire()`: takes a permit, waiting in FIFO order while there is none.
+  /// Throws weft::cancelled, no permit taken, when the awaiting task's stop token is
+  /// stopped while it waits (weft/stop.hpp).
   [[nodiscard]] acquire_awaiter acquire() noexcept { return acquire_awaiter{*this}; }
 
   /// Blocking acquire for plain threads. Thread-safe.
@@ -64,14 +66,21 @@ class semaphore {
   template <class Owner>
   friend void detail::park_blocking(Owner&) noexcept;
   bool try_now() noexcept { return try_acquire(); }
+  template <class Owner>
+  friend bool detail::cancel_owner_wait(void*, detail::waiter&) noexcept;
   bool park(detail::waiter& node) noexcept {
     std::lock_guard lock(m_lock);
+    if (!node.begin_park()) return false;
     if (m_count != 0) {
       --m_count;
       return false;
     }
     m_waiters.push_back(&node);
     return true;
+  }
+  bool cancel_wait(detail::waiter& node) noexcept {
+    std::lock_guard lock(m_lock);
+    return m_waiters.cancel(node);
   }
 
   mutable detail::spin_lock m_lock;

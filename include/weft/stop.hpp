@@ -19,11 +19,24 @@
 
 #include <coroutine>
 #include <stop_token>
+#include <system_error>
 #include <type_traits>
 
 #include "weft/task.hpp"
 
 namespace weft {
+
+/// Thrown from a wait that has no "nothing happened" result of its own (mutex::lock,
+/// semaphore::acquire, the waits of events, latch and barrier, fiber handles) when the
+/// stop token of the task awaiting it is stopped before the wait completes; nothing was
+/// taken. A std::system_error with code std::errc::operation_canceled. A weft::scope
+/// counts a child that ends with it after the scope was stopped as stopped, not
+/// failed; weft::with_timeout turns it into std::errc::timed_out when its deadline
+/// caused the stop.
+class cancelled : public std::system_error {
+ public:
+  cancelled() : std::system_error(std::make_error_code(std::errc::operation_canceled), "weft: the wait was stopped") {}
+};
 
 namespace detail {
 

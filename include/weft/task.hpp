@@ -58,6 +58,19 @@ struct promise_base {
   std::suspend_always initial_suspend() const noexcept { return {}; }
 };
 
+/// The stop token of the coroutine `h` suspends: a weft task's (promise_base::m_stop),
+/// a fiber's (fiber_options::stop_token), or null for a coroutine that has none.
+template <class Promise>
+const std::stop_token* awaiting_token(std::coroutine_handle<Promise> h) noexcept {
+  if constexpr (std::is_void_v<Promise>) {
+    return nullptr;
+  } else if constexpr (requires { { h.promise().m_stop } -> std::convertible_to<const std::stop_token*>; }) {
+    return h.promise().m_stop;
+  } else {
+    return nullptr;
+  }
+}
+
 /// Prints a detached task's exception to stderr (src/task.cpp). Never throws.
 void report_detached_exception(std::exception_ptr e) noexcept;
 /// Resumes `parent` on `home` by queueing it there (src/task.cpp).
@@ -296,7 +309,7 @@ class [[nodiscard]] task {
     WEFT_INLINE std::coroutine_handle<> await_suspend(std::coroutine_handle<Awaiting> awaiting) noexcept {
       promise_type& p = m_h.promise();
       p.m_continuation = awaiting;
-      if constexpr (std::is_base_of_v<detail::promise_base, Awaiting>) p.m_stop = awaiting.promise().m_stop;
+      p.m_stop = detail::awaiting_token(awaiting);
       return m_h;
     }
     /// The task's result (a value is moved out), or its exception rethrown.

@@ -6,12 +6,14 @@
 //
 // The task runs inline (as `co_await t` would run it) under a token of its own, linked
 // to the caller's; when the deadline passes, that token is stopped, and everything the
-// task waits in that watches its token ends early (the io_uring operations of weft::io:
-// accept, read, write_all, sleep...), so the task returns soon after. with_timeout
-// waits for it to return: nothing it started outlives the call, and it may use the
-// caller's locals. An operation that does not watch the token (a channel pull, a lock,
-// an Asio operation without with_cancel) is not cut short: the task then returns when
-// that operation ends. The deadline is kept by one process-wide timer thread
+// task waits in ends early (every weft wait watches its token: the io_uring and Asio
+// operations of weft::io, channel push/pull, locks, events; weft/stop.hpp), so the
+// task returns soon after. with_timeout waits for it to return: nothing it started
+// outlives the call, and it may use the caller's locals. A wait that has no "nothing"
+// result throws weft::cancelled (a mutex lock, say); when the deadline caused it,
+// with_timeout catches it and reports std::errc::timed_out with no value. Something
+// that watches no token (a blocking call, a spin) is not cut short: the task then
+// returns when it ends. The deadline is kept by one process-wide timer thread
 // (weft/detail/timer.hpp). For a single io_uring operation, weft::io::with_timeout
 // (weft/io/tcp.hpp) is cheaper: an io_uring linked timeout, no thread involved.
 #pragma once
@@ -83,12 +85,20 @@ task<timeout_result<T>> deadline_task(task<T> t, std::chrono::steady_clock::time
     ~disarm() { timer_remove(e); }
   } guard{entry};
   timeout_result<T> r;
-  if constexpr (std::is_void_v<T>) {
-    co_await run_under_token<typename task<T>::promise_type>{t.handle(), &token};
-  } else {
-    r.value.emplace(co_await run_under_token<typename task<T>::promise_type>{t.handle(), &token});
+  std::exception_ptr stopped;  // weft::cancelled: a wait cut short by a stop
+  try {
+    if constexpr (std::is_void_v<T>) {
+      co_await run_under_token<typename task<T>::promise_type>{t.handle(), &token};
+    } else {
+      r.value.emplace(co_await run_under_token<typename task<T>::promise_type>{t.handle(), &token});
+    }
+  } catch (const cancelled&) {
+    stopped = std::current_exception();
   }
   timer_remove(entry);  // before reading m_fired (the guard's second call finds nothing)
+  // A wait cut short by the deadline is the timeout; by the caller's own stop (or
+  // anything else), the exception goes on.
+  if (stopped && !(entry.m_fired && !parent.stop_requested())) std::rethrow_exception(stopped);
   if (entry.m_fired) r.ec = std::make_error_code(std::errc::timed_out);
   co_return r;
 }
@@ -103,7 +113,8 @@ auto as_task(A a) -> task<std::remove_cvref_t<decltype(std::declval<A&&>().await
 /// `co_await weft::with_deadline(t, when)`: runs task `t` (inline, as `co_await t`)
 /// until it returns; if `when` (std::chrono::steady_clock) passes first, stops the
 /// token `t` runs under (see the file comment) and still waits for `t` to return.
-/// Evaluates to timeout_result<T>; `t`'s exception is rethrown (also after a timeout).
+/// Evaluates to timeout_result<T>; `t`'s exception is rethrown (also after a timeout),
+/// except weft::cancelled caused by the deadline, which becomes the timeout (no value).
 /// `t` runs under a token of its own that the caller's token also stops. Call from a
 /// weft task. Throws std::logic_error for an empty task, std::system_error when the
 /// timer thread cannot be started.

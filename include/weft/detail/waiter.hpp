@@ -14,25 +14,58 @@
 // rule); a wake from anywhere else posts it to its pool. A coroutine that suspended
 // outside any executor (resumed by hand on a plain thread) is resumed inline by the
 // waker, after the primitive's lock is released.
+//
+// Stopping a wait (weft/stop.hpp). A coroutine that suspends under a stop token that
+// can be stopped registers a std::stop_callback before its node is published. The node
+// has a state, guarded by the primitive's lock like the lists: idle (not parked yet),
+// queued, done (served, or settled without waiting), stopped. Under that lock:
+//   - the primitive's park() refuses a node already stopped (begin_park), and marks the
+//     others done before it settles them or queues them (queued);
+//   - serving a waiter (pop_front, take_all) marks it done;
+//   - the callback (on the thread that requests the stop) marks an idle node stopped,
+//     so its park() will refuse it, or unlinks a queued one, marks it stopped and wakes
+//     it after unlocking; a done node is left alone: it got what it waited for.
+// The woken coroutine first unregisters the callback (which waits for a callback
+// running on another thread to return), then reads the state: stopped means it never
+// got what it waited for, and the awaiter reports that in its documented way. So a wait
+// either completes or is stopped, never both, never neither.
 #pragma once
 
 #include <coroutine>
+#include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <optional>
+#include <stop_token>
 
 #include "weft/executor.hpp"
+#include "weft/stop.hpp"
 #include "weft/sync_wait.hpp"
 
 namespace weft::detail {
+
+/// Where a waiter stands in the stop protocol (see the file comment).
+enum class wait_state : std::uint8_t { idle, queued, done, stopped };
 
 /// One suspended coroutine or blocked thread. Not thread-safe: guarded by the lock of
 /// the primitive whose list holds it.
 struct waiter {
   waiter* m_next = nullptr;
+  waiter* m_prev = nullptr;  // while queued
   std::coroutine_handle<> m_handle;
   executor* m_executor = nullptr;
   sync_signal* m_signal = nullptr;  // a blocked plain thread, instead of m_handle
   unsigned m_prio = 0;
+  wait_state m_state = wait_state::idle;
+
+  /// First thing a primitive's park() does under its lock: false when a stop came first
+  /// (do not wait, do not take anything); else marks the node done, and the primitive
+  /// then settles it at once or queues it.
+  bool begin_park() noexcept {
+    if (m_state == wait_state::stopped) return false;
+    m_state = wait_state::done;
+    return true;
+  }
 
   /// Records the suspending coroutine and where it runs now.
   void park(std::coroutine_handle<> h) noexcept {
@@ -81,41 +114,51 @@ class waiter_list {
   std::size_t size() const noexcept { return m_size; }
   waiter* front() const noexcept { return m_head; }
 
+  /// Queues `w` last (state queued).
   void push_back(waiter* w) noexcept {
     w->m_next = nullptr;
+    w->m_prev = m_tail;
+    w->m_state = wait_state::queued;
     if (m_tail != nullptr) m_tail->m_next = w;
     else m_head = w;
     m_tail = w;
     ++m_size;
   }
-  /// The oldest waiter, unlinked; nullptr when empty.
+  /// The oldest waiter, unlinked and marked done; nullptr when empty.
   waiter* pop_front() noexcept {
     waiter* w = m_head;
     if (w != nullptr) {
       m_head = w->m_next;
-      if (m_head == nullptr) m_tail = nullptr;
+      if (m_head != nullptr) m_head->m_prev = nullptr;
+      else m_tail = nullptr;
       --m_size;
+      w->m_state = wait_state::done;
     }
     return w;
   }
-  /// Unlinks `w` if it is in the list; true if it was.
-  bool remove(waiter* w) noexcept {
-    waiter* prev = nullptr;
-    for (waiter* p = m_head; p != nullptr; prev = p, p = p->m_next) {
-      if (p != w) continue;
-      (prev != nullptr ? prev->m_next : m_head) = p->m_next;
-      if (m_tail == p) m_tail = prev;
-      --m_size;
-      return true;
-    }
-    return false;
-  }
-  /// Unlinks every waiter; returns the first of the chain (linked through m_next).
+  /// Unlinks every waiter, marked done; returns the first of the chain (linked through
+  /// m_next).
   waiter* take_all() noexcept {
     waiter* w = m_head;
+    for (waiter* p = w; p != nullptr; p = p->m_next) p->m_state = wait_state::done;
     m_head = m_tail = nullptr;
     m_size = 0;
     return w;
+  }
+  /// The stop callback's step for `w`, whose list this is (or would be): marks an idle
+  /// node stopped (its park() will refuse it); unlinks a queued one and marks it
+  /// stopped, returning true (wake it after unlocking); leaves a done one alone.
+  bool cancel(waiter& w) noexcept {
+    if (w.m_state == wait_state::idle) {
+      w.m_state = wait_state::stopped;
+      return false;
+    }
+    if (w.m_state != wait_state::queued) return false;
+    (w.m_prev != nullptr ? w.m_prev->m_next : m_head) = w.m_next;
+    (w.m_next != nullptr ? w.m_next->m_prev : m_tail) = w.m_prev;
+    --m_size;
+    w.m_state = wait_state::stopped;
+    return true;
   }
 
  private:
@@ -154,26 +197,85 @@ class deferred_wakes {
   waiter* m_last = nullptr;
 };
 
+/// The stop callback of a parked waiter: `m_cancel` runs the primitive's side of the
+/// stop protocol under its lock(s) (usually waiter_list::cancel) and returns true when
+/// it unlinked the node, which is then woken here, after unlocking.
+struct stop_waiter {
+  void* m_owner;
+  waiter* m_node;
+  bool (*m_cancel)(void* owner, waiter& node) noexcept;
+  void operator()() const noexcept {
+    if (m_cancel(m_owner, *m_node)) m_node->wake();
+  }
+};
+
+/// An awaiter's watch of the awaiting coroutine's token (see the file comment). Used by
+/// one awaiter, on the awaiting thread.
+class wait_stop {
+ public:
+  wait_stop() = default;
+  /// Awaiters are copied and moved before they are awaited, never while armed: a copy
+  /// starts unarmed.
+  wait_stop(const wait_stop&) noexcept {}
+  wait_stop& operator=(const wait_stop&) noexcept { return *this; }
+  ~wait_stop() = default;
+
+  /// In await_suspend, before the node is published: watches the token of `h`, if it
+  /// has one that can be stopped. When it is stopped already, the callback runs here.
+  template <class Promise>
+  void arm(std::coroutine_handle<Promise> h, void* owner, waiter& node,
+           bool (*cancel)(void*, waiter&) noexcept) noexcept {
+    const std::stop_token* t = awaiting_token(h);
+    if (t != nullptr && t->stop_possible()) m_callback.emplace(*t, stop_waiter{owner, &node, cancel});
+  }
+  /// In await_resume: stops watching (waiting for a callback running elsewhere); true
+  /// when the wait ended by the stop, not by the primitive.
+  bool stopped(const waiter& node) noexcept {
+    if (!m_callback) return false;
+    m_callback.reset();
+    return node.m_state == wait_state::stopped;
+  }
+
+ private:
+  std::optional<std::stop_callback<stop_waiter>> m_callback;
+};
+
+/// The stop callback's step for primitives with one lock and one waiter_list: `Owner`
+/// provides `bool cancel_wait(waiter&) noexcept`.
+template <class Owner>
+bool cancel_owner_wait(void* owner, waiter& node) noexcept {
+  return static_cast<Owner*>(owner)->cancel_wait(node);
+}
+
 /// The awaiter of a primitive whose waiters queue FIFO and resume with nothing to
 /// return (events, latch, semaphore). `Owner` provides, reachable from here (public or
-/// by friendship): `bool try_now()`, which may take what the waiter waits for, and
-/// `bool park(waiter&)`, which under the owner's lock queues the node, or returns false
-/// when there is no need to wait after all. Used once by its co_await, on the awaiting
-/// thread (the coroutine protocol; not thread-safe itself, the owner is).
+/// by friendship): `bool try_now()`, which may take what the waiter waits for;
+/// `bool park(waiter&)`, which under the owner's lock starts with waiter::begin_park()
+/// and queues the node, or returns false when there is no need to wait after all (or a
+/// stop came first); and `bool cancel_wait(waiter&)`, the stop callback's step under
+/// that lock (waiter_list::cancel). A stop of the awaiting task's token ends the wait
+/// with weft::cancelled thrown from await_resume (nothing taken). Used once by its
+/// co_await, on the awaiting thread (the coroutine protocol; not thread-safe itself, the
+/// owner is).
 template <class Owner>
 class park_awaiter {
  public:
   explicit park_awaiter(Owner& owner) noexcept : m_owner(&owner) {}
   bool await_ready() noexcept { return m_owner->try_now(); }
-  bool await_suspend(std::coroutine_handle<> h) noexcept {
+  template <class Promise>
+  bool await_suspend(std::coroutine_handle<Promise> h) noexcept {
     m_node.park(h);
+    m_stop.arm(h, m_owner, m_node, &cancel_owner_wait<Owner>);
     return m_owner->park(m_node);
   }
-  void await_resume() const noexcept {}
+  void await_resume() {
+    if (m_stop.stopped(m_node)) throw cancelled();
+  }
 
  private:
   Owner* m_owner;
   waiter m_node;
+  wait_stop m_stop;
 };
 
 /// The same wait for a plain thread: blocks until the owner wakes it (at once when

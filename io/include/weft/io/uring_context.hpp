@@ -202,10 +202,8 @@ class uring_awaitable {
   bool await_ready() const noexcept { return false; }
   template <class Promise>
   bool await_suspend(std::coroutine_handle<Promise> h) {
-    if constexpr (std::is_base_of_v<weft::detail::promise_base, Promise>) {
-      const std::stop_token* t = h.promise().m_stop;
-      if (!m_watch.m_explicit && t != nullptr && t->stop_possible()) m_watch.m_token = *t;
-    }
+    const std::stop_token* t = weft::detail::awaiting_token(h);
+    if (!m_watch.m_explicit && t != nullptr && t->stop_possible()) m_watch.m_token = *t;
     return suspend(h);
   }
   /// Not API: the operation (with_timeout sets its linked timeout).
