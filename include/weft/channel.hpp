@@ -184,10 +184,9 @@ class channel {
     }
     /// True when the element was pushed; false when the channel was closed first, or
     /// the awaiting task's stop token was stopped first.
-    bool await_resume() noexcept {
-      m_stop.stopped(m_node);  // a stopped push leaves m_ok false
-      return m_node.m_ok;
-    }
+    /// (A stop leaves m_ok false; the stop callback never touches it, so the watch may
+    /// end later, with the awaiter.)
+    bool await_resume() const noexcept { return m_node.m_ok; }
 
    private:
     friend class channel;
@@ -306,10 +305,9 @@ class channel {
     }
     /// The element pulled, or nullopt once the channel is closed and drained, or when
     /// the awaiting task's stop token was stopped first.
-    std::optional<T> await_resume() noexcept {
-      m_stop.stopped(m_node);  // a stopped pull leaves m_value empty
-      return std::move(m_node.m_value);
-    }
+    /// (A stop leaves m_value empty; the stop callback never touches it, so the watch
+    /// may end later, with the awaiter.)
+    std::optional<T> await_resume() noexcept { return std::move(m_node.m_value); }
 
    private:
     friend class channel;

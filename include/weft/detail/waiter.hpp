@@ -35,7 +35,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <exception>
-#include <optional>
+#include <new>
 #include <stop_token>
 
 #include "weft/executor.hpp"
@@ -49,14 +49,23 @@ enum class wait_state : std::uint8_t { idle, queued, done, stopped };
 
 /// One suspended coroutine or blocked thread. Not thread-safe: guarded by the lock of
 /// the primitive whose list holds it.
+///
+/// The fields are set by park(), not at construction: an awaiter holds its node whether
+/// or not it suspends, and most awaits of a busy channel never do. Copying a node that
+/// was not parked (awaiters are copied before they are awaited) gives another such node.
 struct waiter {
-  waiter* m_next = nullptr;
-  waiter* m_prev = nullptr;  // while queued
-  std::coroutine_handle<> m_handle;
-  executor* m_executor = nullptr;
-  sync_signal* m_signal = nullptr;  // a blocked plain thread, instead of m_handle
-  unsigned m_prio = 0;
-  wait_state m_state = wait_state::idle;
+  waiter* m_next;
+  waiter* m_prev;  // while queued
+  void* m_frame;  // the suspended coroutine (its address: no constructor to run)
+  executor* m_executor;
+  sync_signal* m_signal;  // a blocked plain thread, instead of m_frame
+  unsigned m_prio;
+  wait_state m_state;
+
+  waiter() noexcept {}  // NOLINT: set by park(), see above
+  waiter(const waiter&) noexcept {}  // NOLINT: never copied once parked
+  waiter& operator=(const waiter&) noexcept { return *this; }
+  ~waiter() = default;
 
   /// First thing a primitive's park() does under its lock: false when a stop came first
   /// (do not wait, do not take anything); else marks the node done, and the primitive
@@ -67,14 +76,19 @@ struct waiter {
     return true;
   }
 
-  /// Records the suspending coroutine and where it runs now.
+  /// Records the suspending coroutine and where it runs now; the node starts idle.
   void park(std::coroutine_handle<> h) noexcept {
-    m_handle = h;
+    m_frame = h.address();
     m_executor = current_executor();
+    m_signal = nullptr;
     m_prio = current_priority();
+    m_state = wait_state::idle;
   }
-  /// Records a thread that will block on `s`.
-  void park(sync_signal& s) noexcept { m_signal = &s; }
+  /// Records a thread that will block on `s`; the node starts idle.
+  void park(sync_signal& s) noexcept {
+    m_signal = &s;
+    m_state = wait_state::idle;
+  }
 
   /// Resumes the waiter (see the file comment). The node may be gone when this returns.
   void wake() noexcept {
@@ -82,7 +96,7 @@ struct waiter {
       s->notify();
       return;
     }
-    const std::coroutine_handle<> h = m_handle;
+    const auto h = std::coroutine_handle<>::from_address(m_frame);
     executor* const ex = m_executor;
     if (ex == nullptr) {
       h.resume();
@@ -212,13 +226,19 @@ struct stop_waiter {
 /// An awaiter's watch of the awaiting coroutine's token (see the file comment). Used by
 /// one awaiter, on the awaiting thread.
 class wait_stop {
+  using callback = std::stop_callback<stop_waiter>;
+
  public:
-  wait_stop() = default;
+  wait_stop() noexcept = default;
   /// Awaiters are copied and moved before they are awaited, never while armed: a copy
   /// starts unarmed.
   wait_stop(const wait_stop&) noexcept {}
   wait_stop& operator=(const wait_stop&) noexcept { return *this; }
-  ~wait_stop() = default;
+  /// Unregisters a callback still armed (waiting for one running elsewhere): awaiters
+  /// whose result a stop leaves as it is (channels) end the watch only here.
+  ~wait_stop() {
+    if (m_armed) [[unlikely]] (void)disarm(nullptr);
+  }
 
   /// In await_suspend, before the node is published: watches the token of `h`, if it
   /// has one that can be stopped. When it is stopped already, the callback runs here.
@@ -226,18 +246,30 @@ class wait_stop {
   void arm(std::coroutine_handle<Promise> h, void* owner, waiter& node,
            bool (*cancel)(void*, waiter&) noexcept) noexcept {
     const std::stop_token* t = awaiting_token(h);
-    if (t != nullptr && t->stop_possible()) m_callback.emplace(*t, stop_waiter{owner, &node, cancel});
+    if (t != nullptr && t->stop_possible()) [[unlikely]] arm(*t, stop_waiter{owner, &node, cancel});
   }
   /// In await_resume: stops watching (waiting for a callback running elsewhere); true
   /// when the wait ended by the stop, not by the primitive.
   bool stopped(const waiter& node) noexcept {
-    if (!m_callback) return false;
-    m_callback.reset();
-    return node.m_state == wait_state::stopped;
+    if (!m_armed) [[likely]] return false;
+    return disarm(&node);
   }
 
  private:
-  std::optional<std::stop_callback<stop_waiter>> m_callback;
+  // Out of line, so that the awaits that never arm (no token, or no suspension: the
+  // common case on a busy channel) keep their code small.
+  WEFT_NOINLINE void arm(const std::stop_token& t, stop_waiter w) noexcept {
+    ::new (static_cast<void*>(m_storage)) callback(t, w);
+    m_armed = true;
+  }
+  WEFT_NOINLINE bool disarm(const waiter* node) noexcept {
+    std::launder(reinterpret_cast<callback*>(m_storage))->~callback();
+    m_armed = false;
+    return node != nullptr && node->m_state == wait_state::stopped;
+  }
+
+  alignas(callback) unsigned char m_storage[sizeof(callback)];
+  bool m_armed = false;
 };
 
 /// The stop callback's step for primitives with one lock and one waiter_list: `Owner`
