@@ -8,13 +8,26 @@
 // * a task started by sync_wait, run, post, detach, `.fork()`, fork_group, spawn_many or
 //   spawn_tuple starts with none (a fork is a push onto the worker's deque that does not
 //   see the forking task); give such work a scope, or pass a token as an argument.
+// * a fiber runs under fiber_options::stop_token (what it awaits sees it as a task's).
 // Stopping is cooperative: the token's owner calls request_stop(); the task sees it
-// through `co_await weft::this_task::stop_requested()`; the io_uring operations of
-// weft::io (accept, connect, read_some, write_some, write_all, sleep_for) watch it by
-// themselves and end with std::errc::operation_canceled (io/README.md). Channels,
-// locks and Asio operations do not watch it yet: hand the token to a
-// std::stop_callback (which may close a channel the task pulls from, or set an event it
-// waits on), or to weft::io::with_cancel(op, token) for an Asio operation.
+// through `co_await weft::this_task::stop_requested()`, and every weft wait watches it
+// by itself. The rule for what a stopped wait evaluates to: a wait that has a
+// "nothing" result reports the stop through it, one that has none throws
+// weft::cancelled:
+//   - the I/O operations of weft::io, io_uring (accept, connect, read_some, write_some,
+//     write_all, sleep_for) and Asio through use_task: std::errc::operation_canceled
+//     (io/README.md);
+//   - channel pull(): std::nullopt; push(): false (nothing taken, nothing pushed; the
+//     channel stays open);
+//   - mutex lock(), semaphore acquire(), the waits of the events and the latch,
+//     barrier arrive_and_wait() (the arrival is withdrawn): weft::cancelled, nothing
+//     taken.
+// A wait that need not suspend (an element is there, the mutex is free) completes even
+// under a stopped token: only waiting is cut short. Blocking forms for plain threads
+// (pull_wait, lock_wait, ...) run under no token. Joins do not end early: awaiting a
+// task, a fork, a fiber handle, a scope's join() or next() waits for work that runs
+// on, which the same stop reaches when it runs under that token (a scope's children
+// do; forks start with none). How the primitives do it: include/weft/detail/waiter.hpp.
 #pragma once
 
 #include <coroutine>
@@ -27,7 +40,7 @@
 namespace weft {
 
 /// Thrown from a wait that has no "nothing happened" result of its own (mutex::lock,
-/// semaphore::acquire, the waits of events, latch and barrier, fiber handles) when the
+/// semaphore::acquire, the waits of events and latch, barrier::arrive_and_wait) when the
 /// stop token of the task awaiting it is stopped before the wait completes; nothing was
 /// taken. A std::system_error with code std::errc::operation_canceled. A weft::scope
 /// counts a child that ends with it after the scope was stopped as stopped, not

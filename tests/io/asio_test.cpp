@@ -395,6 +395,140 @@ TEST_CASE("asio: with_timeout and with_cancel", "[asio]") {
   }());
 }
 
+namespace {
+
+// Waits for a timer an hour away: only a stop ends it.
+weft::task<std::error_code> wait_an_hour(asio::io_context& ctx, std::atomic<int>& started) {
+  asio::steady_timer t(ctx, 1h);
+  started.fetch_add(1);
+  co_return co_await t.async_wait(use_task);
+}
+
+// The same under weft::io::with_timeout (an hour as well): the stop still ends it.
+weft::task<std::error_code> wait_an_hour_timed(asio::io_context& ctx, std::atomic<int>& started) {
+  asio::steady_timer t(ctx, 1h);
+  started.fetch_add(1);
+  co_return co_await weft::io::with_timeout(t.async_wait(use_task), 1h);
+}
+
+// Reads from a socket nobody writes to.
+weft::task<std::error_code> read_nothing(tcp::socket& s, std::atomic<int>& started) {
+  char buf[16];
+  started.fetch_add(1);
+  auto [ec, n] = co_await s.async_read_some(asio::buffer(buf), use_task);
+  co_return n == 0 ? ec : std::error_code{};
+}
+
+}  // namespace
+
+TEST_CASE("asio: use_task operations watch the awaiting task's stop token", "[asio][stop]") {
+  asio_executor io;
+  weft::thread_pool pool{{.threads = 2}};
+  tcp::acceptor a(io.context(), loopback(0));
+  tcp::socket c(io.context()), s(io.context());
+  c.connect(loopback(a.local_endpoint().port()));
+  a.accept(s);
+
+  SECTION("a scope's stop ends waiting timers (also under with_timeout) and a read, from the I/O thread and from a pool") {
+    std::atomic<int> started{0};
+    constexpr int k_timers = 200;
+    auto [cancelled, ms] = weft::sync_wait(pool, [&]() -> weft::task<std::pair<int, long>> {
+      weft::scope<std::error_code> sc;
+      for (int i = 0; i < k_timers; ++i) {
+        if (i % 4 == 0) sc.spawn(wait_an_hour(io.context(), started));
+        else if (i % 4 == 1) sc.spawn(weft::spawn(wait_an_hour(io.context(), started)).run_on(io));
+        else if (i % 4 == 2) sc.spawn(wait_an_hour_timed(io.context(), started));
+        else sc.spawn(weft::spawn(wait_an_hour_timed(io.context(), started)).run_on(io));
+      }
+      sc.spawn(read_nothing(s, started));
+      while (started.load() < k_timers + 1) {  // (this task runs under no token)
+        asio::steady_timer tick(io.context(), 1ms);
+        co_await tick.async_wait(use_task);
+      }
+      const auto t0 = std::chrono::steady_clock::now();
+      sc.request_stop();
+      int n = 0;
+      for (;;) {
+        const auto ec = co_await sc.next();
+        if (!ec) break;
+        if (*ec == std::errc::operation_canceled && *ec == weft::io::error::cancelled) ++n;
+      }
+      co_await sc.join();
+      co_return std::pair{n, static_cast<long>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                 std::chrono::steady_clock::now() - t0).count())};
+    }());
+    CHECK(cancelled == k_timers + 1);
+    CHECK(ms < 2000);
+    WARN(k_timers + 1 << " Asio operations stopped in " << ms << " ms");
+  }
+  SECTION("a token stopped before the operation starts ends it at once") {
+    std::atomic<int> started{0};
+    const auto t0 = std::chrono::steady_clock::now();
+    auto ec = weft::sync_wait(pool, [&]() -> weft::task<std::error_code> {
+      weft::scope<std::error_code> sc;
+      sc.request_stop();
+      sc.spawn(wait_an_hour(io.context(), started));
+      auto r = co_await sc.next();
+      co_await sc.join();
+      co_return r.value_or(std::error_code{});
+    }());
+    CHECK(ec == std::errc::operation_canceled);
+    CHECK(std::chrono::steady_clock::now() - t0 < 5s);
+  }
+  SECTION("a task without a token, and one whose token is never stopped, complete normally") {
+    auto write_then_read = [&]() -> weft::task<std::size_t> {
+      char buf[16];
+      auto [e1, n1] = co_await asio::async_write(c, asio::buffer("abc", 3), use_task);
+      auto [e2, n2] = co_await s.async_read_some(asio::buffer(buf), use_task);
+      co_return e1 || e2 ? 0 : n2 + (n1 == 3 ? 0 : 100);
+    };
+    CHECK(weft::sync_wait(pool, write_then_read()) == 3);
+    auto in_scope = [&]() -> weft::task<std::size_t> {
+      weft::scope<std::size_t> sc;
+      sc.spawn(write_then_read());
+      auto n = co_await sc.next();
+      co_await sc.join();
+      co_return n.value_or(0);
+    };
+    CHECK(weft::sync_wait(pool, in_scope()) == 3);
+  }
+  SECTION("a stop racing the timer's expiry: completed or cancelled, never both, never neither") {
+    const int rounds = weft_test::rounds(2'000, 300);
+    int completed = 0, cancelled = 0, other = 0;
+    for (int r = 0; r < rounds; ++r) {
+      std::stop_source src;
+      std::thread stopper;
+      auto ec = weft::sync_wait(pool, [&]() -> weft::task<std::error_code> {
+        weft::scope<std::error_code> sc{src.get_token()};
+        sc.spawn([](asio::io_context& ctx, int us) -> weft::task<std::error_code> {
+          asio::steady_timer t(ctx, std::chrono::microseconds(us));
+          co_return co_await t.async_wait(use_task);
+        }(io.context(), 100 + r % 200));
+        stopper = std::thread([&src, r] {
+          std::this_thread::sleep_for(std::chrono::microseconds((r * 7) % 300));
+          src.request_stop();
+        });
+        auto v = co_await sc.next();
+        co_await sc.join();
+        co_return v.value_or(std::make_error_code(std::errc::invalid_argument));
+      }());
+      stopper.join();
+      if (!ec) ++completed;
+      else if (ec == std::errc::operation_canceled) ++cancelled;
+      else ++other;
+    }
+    CHECK(other == 0);
+    CHECK(completed + cancelled == rounds);
+    WARN(completed << " completed, " << cancelled << " cancelled of " << rounds);
+  }
+  weft::sync_wait(io, [&]() -> weft::task<void> {
+    c.close();
+    s.close();
+    a.close();
+    co_return;
+  }());
+}
+
 TEST_CASE("asio: refused connections and invalid addresses", "[asio]") {
   asio_executor io;
   unsigned short closed_port = 0;

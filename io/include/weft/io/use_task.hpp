@@ -12,6 +12,11 @@
 // sockets), else queued there. A coroutine awaiting from a plain thread (no executor)
 // resumes on the thread that completes the operation (the I/O thread).
 //
+// A weft task (or fiber) running under a stop token (weft/stop.hpp) has its operation
+// cancelled when that token is stopped: Asio's terminal cancellation, emitted on the
+// operation's I/O thread; the task sees weft::io::error::cancelled. Only operations
+// whose object names its executor are watched (io/README.md).
+//
 // Operations may be started from any thread (Asio allows it for distinct objects); two
 // operations on one Asio object must not be started concurrently (Asio's rule).
 //
@@ -26,15 +31,20 @@
 // misc other than eof) are passed on as they are.
 #pragma once
 
+#include <atomic>
 #include <coroutine>
+#include <new>
 #include <optional>
+#include <stop_token>
 #include <tuple>
 #include <type_traits>
 #include <utility>
 
 #include <asio/async_result.hpp>
 #include <asio/cancellation_signal.hpp>
+#include <asio/dispatch.hpp>
 #include <asio/error.hpp>
+#include <asio/post.hpp>
 
 #include "weft/io/detail/waiter.hpp"
 #include "weft/io/error.hpp"
@@ -108,6 +118,104 @@ class sink_handler {
 template <class T>
 struct is_async_op : std::false_type {};
 
+/// True when an initiation names the executor of the object it operates on (sockets,
+/// acceptors, timers, resolvers and Asio's composed operations on them do).
+template <class I>
+concept has_io_executor = requires(const I& i) { i.get_executor(); };
+/// That executor's type (int when there is none: nothing watches then).
+template <class I>
+struct io_executor_of {
+  using type = int;
+};
+template <has_io_executor I>
+struct io_executor_of<I> {
+  using type = std::decay_t<decltype(std::declval<const I&>().get_executor())>;
+};
+
+/// Room for an object that cannot move (a std::stop_callback, an Asio cancellation
+/// signal) inside one that must (an operation, before it is awaited): a copy or a move
+/// is empty. Engaged only while the operation runs. Not thread-safe.
+template <class T>
+class pinned {
+ public:
+  pinned() noexcept = default;
+  pinned(const pinned&) noexcept {}
+  pinned& operator=(const pinned&) noexcept { return *this; }
+  ~pinned() { reset(); }
+  template <class... A>
+  T& emplace(A&&... a) {
+    ::new (static_cast<void*>(m_storage)) T(std::forward<A>(a)...);
+    m_engaged = true;
+    return get();
+  }
+  void reset() noexcept {
+    if (m_engaged) {
+      get().~T();
+      m_engaged = false;
+    }
+  }
+  explicit operator bool() const noexcept { return m_engaged; }
+  T& get() noexcept { return *std::launder(reinterpret_cast<T*>(m_storage)); }
+  T* operator->() noexcept { return &get(); }
+
+ private:
+  alignas(T) unsigned char m_storage[sizeof(T)];
+  bool m_engaged = false;
+};
+
+/// The stop protocol of an Asio operation watched by a std::stop_token, for a `Sink`
+/// (the operation object) whose I/O executor is an `Executor`. Everything but the
+/// callback runs on the operation's I/O thread, where Asio's cancellation must be
+/// emitted: the callback (on the requesting thread) only posts emit() there. The sink
+/// resumes its task once the operation completed and, when emit() was posted, once it
+/// ran too (it uses the sink).
+template <class Sink, class Executor>
+class stop_relay {
+ public:
+  stop_relay(std::stop_token token, Executor ex) : m_token(std::move(token)), m_ex(std::move(ex)) {}
+
+  /// On the I/O thread, after the operation started: listens to the token (runs the
+  /// callback at once when it is stopped already).
+  void listen(Sink& sink) { m_callback.emplace(m_token, fire{this, &sink}); }
+  /// The slot the operation's handler exposes to Asio.
+  asio::cancellation_slot slot() noexcept { return m_signal.slot(); }
+  /// On the I/O thread, when the operation completed: stops listening; true when the
+  /// sink may resume its task now (else emit() will, once it ran).
+  bool completed() noexcept {
+    // Unregistering waits for a callback running on another thread; afterwards m_fired
+    // tells whether it posted emit(), which must run before the sink may go.
+    m_callback.reset();
+    return !m_fired.load(std::memory_order_acquire) || m_emit_ran;  // pairs with the release in fire
+  }
+  /// The executor the operation runs on.
+  const Executor& executor() const noexcept { return m_ex; }
+
+ private:
+  struct fire {
+    stop_relay* m_self;
+    Sink* m_sink;
+    void operator()() const noexcept {
+      m_self->m_fired.store(true, std::memory_order_release);
+      asio::post(m_self->m_ex, [self = m_self, sink = m_sink] { self->emit(*sink); });
+    }
+  };
+  void emit(Sink& sink) {  // on the I/O thread
+    m_emit_ran = true;
+    if (sink.has_completed()) {
+      sink.resume_after_stop();  // completed meanwhile and waited for this
+    } else {
+      m_signal.emit(asio::cancellation_type::terminal);
+    }
+  }
+
+  std::stop_token m_token;
+  Executor m_ex;
+  std::optional<std::stop_callback<fire>> m_callback;
+  std::atomic<bool> m_fired{false};
+  bool m_emit_ran = false;
+  asio::cancellation_signal m_signal;
+};
+
 /// Names async_result's return_type, which Asio 1.22's token adapters
 /// (bind_cancellation_slot, ...) declare a member with; the real result of an operation
 /// is the async_op that initiate() returns. Never instantiated.
@@ -131,9 +239,25 @@ class [[nodiscard]] async_op {
   /// Never ready: the operation starts in await_suspend.
   bool await_ready() const noexcept { return false; }
   /// Records the awaiting coroutine `h` (and the executor it awaits from) and starts the
-  /// operation. Throws what the initiation throws.
-  void await_suspend(std::coroutine_handle<> h) {
+  /// operation. When `h` is a weft task (or fiber) running under a stop token that can
+  /// be stopped, and the operation's object provides its executor, the operation starts
+  /// on that executor's thread (inline when already there) and a stop cancels it
+  /// (Asio's terminal cancellation; the task sees weft::io::error::cancelled). Throws
+  /// what the initiation throws.
+  template <class Promise>
+  void await_suspend(std::coroutine_handle<Promise> h) {
     m_waiter.capture(h);
+    if constexpr (k_watchable) {
+      const std::stop_token* t = weft::detail::awaiting_token(h);
+      if (t != nullptr && t->stop_possible()) {
+        m_relay.emplace(*t, io_executor());
+        asio::dispatch(m_relay->executor(), [this] {
+          start(*this);
+          m_relay->listen(*this);  // `this` stays until the task resumes: see complete()
+        });
+        return;
+      }
+    }
     start(*this);  // `this` may be gone once the completion ran on the I/O thread
   }
   /// The completion values: nothing, the one value, or a std::tuple of them.
@@ -153,20 +277,39 @@ class [[nodiscard]] async_op {
   /// Not API: the I/O executor of the operation's object (for timers and cancellation).
   auto io_executor() const { return m_init.get_executor(); }
 
-  /// Not API: sink protocol: no cancellation slot.
-  asio::cancellation_slot cancellation_slot() const noexcept { return {}; }
+  /// Not API: sink protocol: the slot of the stop relay while one watches the task's
+  /// token, else none.
+  asio::cancellation_slot cancellation_slot() noexcept {
+    if constexpr (k_watchable) {
+      if (m_relay) return m_relay->slot();
+    }
+    return {};
+  }
   /// Not API: sink protocol: stores the completion values and resumes the awaiting task
-  /// (called once, on the thread that completes the operation).
+  /// (called once, on the thread that completes the operation; with a stop relay, once
+  /// its posted cancellation, if any, ran too).
   void complete(Args... args) {
     m_values.emplace(std::move(args)...);
+    if constexpr (k_watchable) {
+      if (m_relay && !m_relay->completed()) return;  // the relay's emit() resumes
+    }
     m_waiter.resume();
   }
+  /// Not API: stop relay protocol: true once complete() stored the values.
+  bool has_completed() const noexcept { return m_values.has_value(); }
+  /// Not API: stop relay protocol: resumes the task after a completion that waited for
+  /// the relay's emit().
+  void resume_after_stop() noexcept { m_waiter.resume(); }
 
  private:
+  static constexpr bool k_watchable = detail::has_io_executor<Initiation>;
+  using relay_type = detail::stop_relay<async_op, typename detail::io_executor_of<Initiation>::type>;
+
   Initiation m_init;
   InitArgs m_args;
   detail::waiter m_waiter;
   std::optional<values_type> m_values;
+  detail::pinned<relay_type> m_relay;  // only while a stop token is watched
 };
 
 namespace detail {

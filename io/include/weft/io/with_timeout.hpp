@@ -62,13 +62,16 @@ class [[nodiscard]] timeout_op {
   /// Never ready: the operation starts in await_suspend.
   bool await_ready() const noexcept { return false; }
   /// Records the awaiting coroutine `h`, then starts the timer and the operation on the
-  /// operation's I/O thread (inline when already there).
-  void await_suspend(std::coroutine_handle<> h) {
+  /// operation's I/O thread (inline when already there). When `h` is a weft task (or
+  /// fiber) running under a stop token, a stop cancels the operation too.
+  template <class Promise>
+  void await_suspend(std::coroutine_handle<Promise> h) {
     m_waiter.capture(h);
+    if (const std::stop_token* t = weft::detail::awaiting_token(h); t != nullptr && t->stop_possible()) m_token = *t;
     asio::dispatch(m_op.io_executor(), [this] { begin(); });  // inline when on the I/O thread
   }
   /// The completion values; the error_code is error::timed_out when the timer cancelled
-  /// the operation.
+  /// the operation (error::cancelled when the task's stop did).
   typename traits::result_type await_resume() {
     auto& ec = std::get<0>(*m_values);
     if (m_fired && ec == error::cancelled) ec = make_error_code(error::timed_out);  // see use_task.hpp
@@ -82,10 +85,22 @@ class [[nodiscard]] timeout_op {
   void complete(Args... args) {
     m_values.emplace(std::move(args)...);
     m_timer->cancel();
+    // Unregistering waits for a stop callback running on another thread; if it posted
+    // stop_emit(), that must run before this object may go: one more to wait for.
+    m_callback.reset();
+    if (m_stop_fired.load(std::memory_order_acquire) && !m_stop_emit_ran) ++m_pending;
     done_one();
   }
 
  private:
+  // On the requesting thread: hand the stop to the I/O thread.
+  struct fire {
+    timeout_op* m_self;
+    void operator()() const noexcept {
+      m_self->m_stop_fired.store(true, std::memory_order_release);  // pairs with complete()
+      asio::post(m_self->m_op.io_executor(), [self = m_self] { self->stop_emit(); });
+    }
+  };
   void begin() {
     m_pending = 2;
     m_timer.emplace(m_op.io_executor(), m_duration);
@@ -97,6 +112,12 @@ class [[nodiscard]] timeout_op {
       done_one();
     });
     m_op.start(*this);
+    if (m_token.stop_possible()) m_callback.emplace(m_token, fire{this});  // runs fire at once if stopped
+  }
+  void stop_emit() {  // on the I/O thread
+    m_stop_emit_ran = true;
+    if (m_values) done_one();  // completed meanwhile and waited for this
+    else if (!m_fired) m_signal.emit(asio::cancellation_type::terminal);
   }
   void done_one() {
     if (--m_pending == 0) m_waiter.resume();
@@ -109,7 +130,11 @@ class [[nodiscard]] timeout_op {
   std::optional<asio::steady_timer> m_timer;
   asio::cancellation_signal m_signal;
   int m_pending = 0;
-  bool m_fired = false;
+  bool m_fired = false;  // the timer cancelled the operation
+  std::stop_token m_token;  // the awaiting task's, when it can be stopped
+  detail::pinned<std::stop_callback<fire>> m_callback;
+  std::atomic<bool> m_stop_fired{false};
+  bool m_stop_emit_ran = false;
 };
 
 /// Runs `op` (an Asio operation with use_task whose first completion value is an
@@ -119,7 +144,8 @@ class [[nodiscard]] timeout_op {
 /// and Asio's composed operations on them do). Awaitable from any thread; the timer and
 /// the cancellation run on the operation's I/O thread, and the task resumes on the
 /// executor it awaited from. Asio's rule still holds: no other operation may be
-/// started on the same object concurrently.
+/// started on the same object concurrently. A stop of the awaiting task's token cancels
+/// the operation as well (weft::io::error::cancelled).
 template <asio_operation Op, class Rep, class Period>
 auto with_timeout(Op&& op, std::chrono::duration<Rep, Period> d) {
   using op_t = std::remove_cvref_t<Op>;
