@@ -40,6 +40,8 @@ class Workload:
     baseline_1t_only: bool = True  # a sequential baseline runs at 1 thread only
     one_thread: tuple = ()         # flavors that ignore --threads (single-thread executors)
     own_table: bool = False        # the binary prints its own `<name>:` table lines (latency)
+    args: tuple = ()               # more arguments for the binary
+    quick_args: tuple = ()         # ... and under --quick instead
 
 
 COMPUTE = ("seq", "fj", "gs", "tbb", "omp")
@@ -59,6 +61,11 @@ WORKLOADS = [
     Workload("fiber_switch", ("task", "fiber", "task-queue", "fiber-queue", "fib-fj", "fib-fiber"), 30, 20,
              "n={} (switch flavors: n x 100,000 round trips; fib flavors: fib(n))", baseline="task", peers=("fib-fj",)),
     Workload("latency", ("fj",), 100_000, 2_000, "{:,} samples", baseline="none", peers=(), own_table=True),
+    # Size = wrk's connections; requests/s and latency come as metrics, each over nginx's.
+    Workload("http", ("nginx", "weft-uring", "weft-asio", "asio"), 256, 64,
+             "{} connections, wrk -t1 on the same machine, 5 s a run (--quick: 1 s)", baseline="nginx",
+             peers=("nginx",), metrics=("http.rps", "http.p50_us", "http.p99_us"), baseline_1t_only=False,
+             args=("--seconds", "5"), quick_args=("--seconds", "1")),
 ]
 
 
@@ -238,7 +245,7 @@ def run_one(args, w, flavor, threads):
         rec["reason"] = f"binary missing or broken: {path}"
         return rec
     cmd = [str(path), "--flavor", flavor, "--threads", str(threads), "--size", str(size),
-           "--runs", str(args.runs)]
+           "--runs", str(args.runs), *(w.quick_args if args.quick else w.args)]
     rec["command"] = " ".join(cmd)
     start = time.monotonic()
     try:

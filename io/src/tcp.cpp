@@ -457,13 +457,19 @@ std::error_code tcp_stream::set_no_delay(bool on) noexcept {
 
 // ---- tcp_listener ---------------------------------------------------------------------------
 
-std::error_code tcp_listener::listen(const endpoint& at, int backlog) noexcept {
+std::error_code tcp_listener::listen(const endpoint& at, const listen_options& o) noexcept {
+  const int backlog = o.backlog;
   if (m_state != nullptr) return std::make_error_code(std::errc::already_connected);
   if (at.empty()) return std::make_error_code(std::errc::invalid_argument);
   const int fd = ::socket(at.data()->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return {errno, std::system_category()};
   const int one = 1;
   ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (o.reuse_port && ::setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return {err, std::system_category()};
+  }
   if (::bind(fd, at.data(), at.size()) != 0 || ::listen(fd, backlog) != 0) {
     const int err = errno;
     ::close(fd);

@@ -250,6 +250,17 @@ class accept_awaitable : public uring_awaitable {
 };
 }  // namespace detail
 
+/// How tcp_listener::listen makes its socket. A plain value.
+struct listen_options {
+  /// listen(2)'s backlog; also bounds the connections queued ahead of accept() (see
+  /// tcp_listener::listen).
+  int backlog = SOMAXCONN;
+  /// SO_REUSEPORT: several listeners (one per context or thread) may bind the same
+  /// address and port, and the kernel spreads new connections over them. Every
+  /// listener of the group must set it.
+  bool reuse_port = false;
+};
+
 /// A listening TCP socket of a uring_context. Accepts with one multishot accept where
 /// the kernel has it (uring_context::has_multishot_accept: one SQE serves every
 /// connection; connections that arrive with nobody waiting are queued, see listen()),
@@ -275,7 +286,11 @@ class tcp_listener {
   /// at most backlog + 1): those are kept, never dropped, so a listener holds at most
   /// 2 * backlog + 1 connections ahead of accept(). Errors: address_in_use,
   /// invalid_argument (empty endpoint), already_connected (listening).
-  std::error_code listen(const endpoint& at, int backlog = SOMAXCONN) noexcept;
+  std::error_code listen(const endpoint& at, int backlog = SOMAXCONN) noexcept {
+    return listen(at, listen_options{.backlog = backlog});
+  }
+  /// listen(at, o.backlog), with SO_REUSEPORT when o.reuse_port (see listen_options).
+  std::error_code listen(const endpoint& at, const listen_options& o) noexcept;
   /// The bound address (its real port after listening on port 0).
   endpoint local_endpoint() const noexcept;
   /// Waits for the next connection: {ec, stream}. A pending accept ends with

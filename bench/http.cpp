@@ -1,0 +1,673 @@
+// http: a minimal HTTP/1.1 keep-alive server answering `GET /plaintext` with a fixed
+// 13-byte body (the TechEmpower plaintext shape, no pipelining needed), driven by wrk on
+// loopback.
+//
+//   bench/http --flavor F --threads T --connections C --seconds S [--runs R]
+//
+// The binary starts the server with T threads, runs one short untimed wrk pass (warm-up),
+// then R timed passes of `wrk -t1 -cC -dS --latency`, and prints the suite's report with,
+// per run, requests_per_second, the p50/p99 latency and the errors. wrk must report no
+// socket error and no non-2xx response, and the server must have answered at least as
+// many requests as wrk counted: otherwise `FAIL:`. max_rss is the server's: this
+// process's peak for the in-process flavors, the sum over nginx's processes for nginx.
+// For bench/run, each wrk pass (the warm-up first) also prints a line
+// `http: rps=... p50_us=... p99_us=...`, and `--size C` is `--connections C`.
+//
+// Flavors. Every in-process server listens on T sockets bound to one port with
+// SO_REUSEPORT, one per thread, so the kernel spreads connections over the threads:
+//   asio        plain Asio C++20 coroutines, one io_context per thread (the peer a weft
+//               user would otherwise write);
+//   weft-asio   weft tasks over T weft::io::asio_executor, use_task;
+//   weft-uring  weft tasks over T weft::io::uring_context, tcp_listener/tcp_stream;
+//   nginx       the Debian package, started by this binary with a generated config
+//               (worker_processes T, access log off, keep-alive) in a temporary
+//               directory, stopped and removed afterwards; never the system's service.
+// Every server sends the same response: status line, Server, Date (refreshed once a
+// second), Content-Type, Content-Length and the body, as nginx's does.
+#include <asio.hpp>
+#include <asio/experimental/as_tuple.hpp>
+
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include <weft/io/io.hpp>
+#include <weft/weft.hpp>
+
+namespace {
+
+using asio::ip::tcp;
+
+constexpr std::string_view k_body = "Hello, World!";
+constexpr std::size_t k_buffer = 4096;
+
+// ---- the response ---------------------------------------------------------------------------
+
+/// The response to one `GET /plaintext`, rebuilt by each thread when the second changes
+/// (the Date header). Not thread-safe: one per thread.
+class response_cache {
+ public:
+  std::string_view get() {
+    const std::time_t now = std::time(nullptr);
+    if (now != m_second) {
+      m_second = now;
+      char date[64];
+      std::tm tm{};
+      ::gmtime_r(&now, &tm);
+      std::strftime(date, sizeof date, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+      m_text = "HTTP/1.1 200 OK\r\nServer: weft-bench\r\nDate: ";
+      m_text += date;
+      m_text += "\r\nContent-Type: text/plain\r\nContent-Length: 13\r\n\r\n";
+      m_text += k_body;
+    }
+    return m_text;
+  }
+
+ private:
+  std::time_t m_second = 0;
+  std::string m_text;
+};
+
+constexpr std::string_view k_not_found = "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n";
+
+/// Requests answered and requests refused (not `GET /plaintext`), over all threads.
+struct counters {
+  std::atomic<std::uint64_t> answered{0};
+  std::atomic<std::uint64_t> refused{0};
+};
+
+/// One connection's request parser: feed it what was read, get the responses to send.
+/// A request is complete at its blank line (no bodies: GET only). Not thread-safe.
+class connection_state {
+ public:
+  /// Appends `n` bytes from `data`; writes the responses for every request they
+  /// complete into `out` (cleared first). False when a request was malformed or too
+  /// large (close the connection).
+  bool feed(const char* data, std::size_t n, response_cache& cache, counters& c, std::string& out) {
+    out.clear();
+    m_pending.append(data, n);
+    std::size_t start = 0;
+    for (;;) {
+      const std::size_t end = m_pending.find("\r\n\r\n", start);
+      if (end == std::string::npos) break;
+      const std::string_view request(m_pending.data() + start, end - start);
+      if (request.starts_with("GET /plaintext ")) {
+        out += cache.get();
+        c.answered.fetch_add(1, std::memory_order_relaxed);
+      } else {
+        out += k_not_found;
+        c.refused.fetch_add(1, std::memory_order_relaxed);
+      }
+      start = end + 4;
+    }
+    m_pending.erase(0, start);
+    return m_pending.size() <= k_buffer;
+  }
+
+ private:
+  std::string m_pending;
+};
+
+// ---- plain Asio: one io_context per thread ----------------------------------------------------
+
+constexpr auto k_as_tuple = asio::experimental::as_tuple(asio::use_awaitable);
+
+asio::awaitable<void> asio_session(tcp::socket s, counters& c) {
+  static thread_local response_cache cache;
+  connection_state st;
+  std::string out;
+  char buf[k_buffer];
+  for (;;) {
+    auto [ec, n] = co_await s.async_read_some(asio::buffer(buf), k_as_tuple);
+    if (ec) co_return;
+    if (!st.feed(buf, n, cache, c, out)) co_return;
+    if (out.empty()) continue;
+    auto [wec, m] = co_await asio::async_write(s, asio::buffer(out), k_as_tuple);
+    if (wec) co_return;
+    (void)m;
+  }
+}
+
+asio::awaitable<void> asio_accept(tcp::acceptor& a, counters& c) {
+  for (;;) {
+    auto [ec, s] = co_await a.async_accept(k_as_tuple);
+    if (ec == asio::error::operation_aborted) co_return;
+    if (ec) continue;
+    s.set_option(tcp::no_delay(true));
+    asio::co_spawn(a.get_executor(), asio_session(std::move(s), c), asio::detached);
+  }
+}
+
+/// An acceptor bound to `port` on loopback with SO_REUSEPORT.
+tcp::acceptor reuse_port_acceptor(asio::io_context& ctx, unsigned short port) {
+  tcp::acceptor a(ctx);
+  const tcp::endpoint at(asio::ip::address_v4::loopback(), port);
+  a.open(at.protocol());
+  a.set_option(tcp::acceptor::reuse_address(true));
+  const int one = 1;
+  if (::setsockopt(a.native_handle(), SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0)
+    throw std::system_error(errno, std::system_category(), "SO_REUSEPORT");
+  a.bind(at);
+  a.listen(asio::socket_base::max_listen_connections);
+  return a;
+}
+
+/// A server running until destroyed.
+class server {
+ public:
+  virtual ~server() = default;
+  virtual unsigned short port() const = 0;
+  virtual const counters& stats() const = 0;
+};
+
+class asio_server final : public server {
+ public:
+  explicit asio_server(int threads) {
+    for (int i = 0; i < threads; ++i) m_ctx.push_back(std::make_unique<asio::io_context>(1));
+    m_acceptors.push_back(reuse_port_acceptor(*m_ctx[0], 0));
+    m_port = m_acceptors[0].local_endpoint().port();
+    for (int i = 1; i < threads; ++i) m_acceptors.push_back(reuse_port_acceptor(*m_ctx[i], m_port));
+    for (int i = 0; i < threads; ++i) {
+      asio::co_spawn(*m_ctx[i], asio_accept(m_acceptors[i], m_counters), asio::detached);
+      m_threads.emplace_back([ctx = m_ctx[i].get()] { ctx->run(); });
+    }
+  }
+  ~asio_server() override {
+    for (auto& c : m_ctx) c->stop();
+    for (auto& t : m_threads) t.join();
+  }
+  unsigned short port() const override { return m_port; }
+  const counters& stats() const override { return m_counters; }
+
+ private:
+  counters m_counters;
+  std::vector<std::unique_ptr<asio::io_context>> m_ctx;
+  std::vector<tcp::acceptor> m_acceptors;
+  std::vector<std::thread> m_threads;
+  unsigned short m_port = 0;
+};
+
+// ---- weft tasks over Asio: one asio_executor per thread ---------------------------------------
+
+weft::task<void> weft_asio_session(tcp::socket s, counters& c) {
+  static thread_local response_cache cache;
+  connection_state st;
+  std::string out;
+  char buf[k_buffer];
+  for (;;) {
+    auto [ec, n] = co_await s.async_read_some(asio::buffer(buf), weft::io::use_task);
+    if (ec) co_return;
+    if (!st.feed(buf, n, cache, c, out)) co_return;
+    if (out.empty()) continue;
+    auto [wec, m] = co_await asio::async_write(s, asio::buffer(out), weft::io::use_task);
+    if (wec) co_return;
+    (void)m;
+  }
+}
+
+weft::task<void> weft_asio_accept(tcp::acceptor& a, counters& c) {
+  weft::scope conns{co_await weft::this_task::stop_token()};
+  for (;;) {
+    auto [ec, s] = co_await a.async_accept(weft::io::use_task);
+    if (ec == std::errc::operation_canceled) break;
+    if (ec) continue;
+    s.set_option(tcp::no_delay(true));
+    conns.spawn(weft_asio_session, std::move(s), std::ref(c));
+  }
+  co_await conns.join();
+}
+
+class weft_asio_server final : public server {
+ public:
+  explicit weft_asio_server(int threads) {
+    for (int i = 0; i < threads; ++i) m_io.push_back(std::make_unique<weft::io::asio_executor>());
+    m_acceptors.push_back(reuse_port_acceptor(m_io[0]->context(), 0));
+    m_port = m_acceptors[0].local_endpoint().port();
+    for (int i = 1; i < threads; ++i) m_acceptors.push_back(reuse_port_acceptor(m_io[i]->context(), m_port));
+    for (int i = 0; i < threads; ++i) {
+      m_done.push_back(std::make_unique<std::atomic<bool>>(false));
+      weft::post(*m_io[i], [](weft_asio_server* self, int k) -> weft::task<void> {
+        weft::scope root{self->m_stop.get_token()};
+        root.spawn(weft_asio_accept(self->m_acceptors[k], self->m_counters));
+        co_await root.join();
+        self->m_done[k]->store(true);
+        self->m_done[k]->notify_one();
+      }(this, i));
+    }
+  }
+  ~weft_asio_server() override {
+    m_stop.request_stop();  // ends the accept loops and every connection
+    for (auto& d : m_done) d->wait(false);
+  }
+  unsigned short port() const override { return m_port; }
+  const counters& stats() const override { return m_counters; }
+
+ private:
+  counters m_counters;
+  std::stop_source m_stop;
+  std::vector<std::unique_ptr<weft::io::asio_executor>> m_io;
+  std::vector<tcp::acceptor> m_acceptors;
+  std::vector<std::unique_ptr<std::atomic<bool>>> m_done;
+  unsigned short m_port = 0;
+};
+
+// ---- weft tasks over io_uring: one uring_context per thread -----------------------------------
+
+weft::task<void> weft_uring_session(weft::io::tcp_stream s, counters& c) {
+  static thread_local response_cache cache;
+  connection_state st;
+  std::string out;
+  char buf[k_buffer];
+  for (;;) {
+    auto [ec, n] = co_await s.read_some(buf, sizeof buf);
+    if (ec || n == 0) co_return;
+    if (!st.feed(buf, n, cache, c, out)) co_return;
+    if (out.empty()) continue;
+    auto written = co_await s.write_all(out.data(), out.size());
+    if (written.ec) co_return;
+  }
+}
+
+weft::task<void> weft_uring_accept(weft::io::tcp_listener& l, counters& c) {
+  weft::scope conns{co_await weft::this_task::stop_token()};
+  for (;;) {
+    auto [ec, s] = co_await l.accept();
+    if (ec == std::errc::operation_canceled) break;
+    if (ec) continue;
+    (void)s.set_no_delay(true);
+    conns.spawn(weft_uring_session, std::move(s), std::ref(c));
+  }
+  co_await conns.join();
+}
+
+class weft_uring_server final : public server {
+ public:
+  explicit weft_uring_server(int threads) {
+    for (int i = 0; i < threads; ++i) {
+      m_io.push_back(std::make_unique<weft::io::uring_context>());
+      m_listeners.push_back(std::make_unique<weft::io::tcp_listener>(*m_io[i]));
+      const auto at = weft::io::endpoint::loopback(m_port);
+      if (auto ec = m_listeners[i]->listen(at, {.backlog = SOMAXCONN, .reuse_port = true}))
+        throw std::system_error(ec, "weft-uring: listen");
+      m_port = m_listeners[0]->local_endpoint().port();
+    }
+    for (int i = 0; i < threads; ++i) {
+      m_done.push_back(std::make_unique<std::atomic<bool>>(false));
+      weft::post(*m_io[i], [](weft_uring_server* self, int k) -> weft::task<void> {
+        weft::scope root{self->m_stop.get_token()};
+        root.spawn(weft_uring_accept(*self->m_listeners[k], self->m_counters));
+        co_await root.join();
+        self->m_done[k]->store(true);
+        self->m_done[k]->notify_one();
+      }(this, i));
+    }
+  }
+  ~weft_uring_server() override {
+    m_stop.request_stop();
+    for (auto& d : m_done) d->wait(false);
+  }
+  unsigned short port() const override { return m_port; }
+  const counters& stats() const override { return m_counters; }
+
+ private:
+  counters m_counters;
+  std::stop_source m_stop;
+  std::vector<std::unique_ptr<weft::io::uring_context>> m_io;
+  std::vector<std::unique_ptr<weft::io::tcp_listener>> m_listeners;
+  std::vector<std::unique_ptr<std::atomic<bool>>> m_done;
+  unsigned short m_port = 0;
+};
+
+// ---- nginx: the peer, as a child process ------------------------------------------------------
+
+/// A port free now on loopback (the kernel's pick; nginx binds it right after).
+unsigned short free_port() {
+  asio::io_context ctx;
+  tcp::acceptor a(ctx, tcp::endpoint(asio::ip::address_v4::loopback(), 0));
+  return a.local_endpoint().port();
+}
+
+/// True once something accepts connections on loopback:`port`.
+bool accepts(unsigned short port) {
+  asio::io_context ctx;
+  tcp::socket s(ctx);
+  std::error_code ec;
+  s.connect(tcp::endpoint(asio::ip::address_v4::loopback(), port), ec);
+  return !ec;
+}
+
+/// Peak resident set (VmHWM) of process `pid`, in KiB; 0 when unreadable.
+long vm_hwm_kib(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.starts_with("VmHWM:")) return std::strtol(line.c_str() + 6, nullptr, 10);
+  }
+  return 0;
+}
+
+class nginx_server final : public server {
+ public:
+  explicit nginx_server(int threads, int connections) {
+    char tmpl[] = "/tmp/weft-bench-nginx-XXXXXX";
+    if (::mkdtemp(tmpl) == nullptr) throw std::system_error(errno, std::system_category(), "nginx: mkdtemp");
+    m_dir = tmpl;
+    m_port = free_port();
+    {
+      std::ofstream conf(m_dir / "nginx.conf");
+      conf << "worker_processes " << threads << ";\n"
+           << "daemon off;\n"
+           << "pid " << (m_dir / "nginx.pid").string() << ";\n"
+           << "error_log " << (m_dir / "error.log").string() << " warn;\n"
+           << "worker_rlimit_nofile " << 2 * connections + 1024 << ";\n"
+           << "events { worker_connections " << connections + 1024 << "; }\n"
+           << "http {\n"
+           << "  access_log off;\n"
+           << "  keepalive_timeout 65;\n"
+           << "  keepalive_requests 100000000;\n"
+           << "  client_body_temp_path " << (m_dir / "body").string() << ";\n"
+           << "  proxy_temp_path " << (m_dir / "proxy").string() << ";\n"
+           << "  fastcgi_temp_path " << (m_dir / "fastcgi").string() << ";\n"
+           << "  uwsgi_temp_path " << (m_dir / "uwsgi").string() << ";\n"
+           << "  scgi_temp_path " << (m_dir / "scgi").string() << ";\n"
+           << "  server {\n"
+           << "    listen 127.0.0.1:" << m_port << " reuseport backlog=65535;\n"
+           << "    location = /plaintext { default_type text/plain; return 200 \"" << k_body << "\"; }\n"
+           << "  }\n"
+           << "}\n";
+    }
+    m_pid = ::fork();
+    if (m_pid < 0) throw std::system_error(errno, std::system_category(), "nginx: fork");
+    if (m_pid == 0) {
+      const std::string prefix = m_dir.string() + "/";
+      const std::string conf = (m_dir / "nginx.conf").string();
+      ::execlp("nginx", "nginx", "-p", prefix.c_str(), "-c", conf.c_str(), static_cast<char*>(nullptr));
+      std::fprintf(stderr, "http: cannot run nginx: %s\n", std::strerror(errno));
+      ::_exit(127);
+    }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!accepts(m_port)) {
+      int status = 0;
+      if (::waitpid(m_pid, &status, WNOHANG) == m_pid) {
+        m_pid = -1;
+        throw std::runtime_error("nginx exited at start (see its error log in " + m_dir.string() + ")");
+      }
+      if (std::chrono::steady_clock::now() > deadline) throw std::runtime_error("nginx did not start listening in 10 s");
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  ~nginx_server() override {
+    if (m_pid > 0) {
+      ::kill(m_pid, SIGTERM);  // fast shutdown of the master and its workers
+      int status = 0;
+      ::waitpid(m_pid, &status, 0);
+    }
+    std::error_code ec;
+    std::filesystem::remove_all(m_dir, ec);
+  }
+  unsigned short port() const override { return m_port; }
+  const counters& stats() const override { return m_counters; }  // nginx counts nothing here
+  /// The sum of VmHWM over the master and its workers.
+  long max_rss_kib() const {
+    long total = vm_hwm_kib(m_pid);
+    std::ifstream children("/proc/" + std::to_string(m_pid) + "/task/" + std::to_string(m_pid) + "/children");
+    pid_t child = 0;
+    while (children >> child) total += vm_hwm_kib(child);
+    return total;
+  }
+
+ private:
+  counters m_counters;
+  std::filesystem::path m_dir;
+  pid_t m_pid = -1;
+  unsigned short m_port = 0;
+};
+
+// ---- wrk ------------------------------------------------------------------------------------------
+
+struct wrk_result {
+  double requests_per_second = 0;
+  std::uint64_t requests = 0;
+  double p50_us = 0, p99_us = 0;
+  std::uint64_t socket_errors = 0;
+  std::uint64_t non_2xx = 0;
+  std::string raw;
+};
+
+/// A wrk duration ("123.45us", "1.20ms", "2.00s") in microseconds.
+double wrk_duration_us(const std::string& text) {
+  const double v = std::strtod(text.c_str(), nullptr);
+  if (text.ends_with("us")) return v;
+  if (text.ends_with("ms")) return v * 1e3;
+  if (text.ends_with("m")) return v * 60e6;
+  if (text.ends_with("s")) return v * 1e6;
+  return v;
+}
+
+/// Runs wrk against loopback:`port`; throws when it cannot be run or its output cannot be read.
+wrk_result run_wrk(unsigned short port, int connections, int seconds) {
+  const std::string cmd = "wrk -t1 -c" + std::to_string(connections) + " -d" + std::to_string(seconds) +
+                          "s --timeout 10s --latency http://127.0.0.1:" + std::to_string(port) + "/plaintext 2>&1";
+  std::FILE* p = ::popen(cmd.c_str(), "r");
+  if (p == nullptr) throw std::runtime_error("cannot run wrk");
+  wrk_result r;
+  char line[512];
+  while (std::fgets(line, sizeof line, p) != nullptr) r.raw += line;
+  const int status = ::pclose(p);
+  if (status != 0) throw std::runtime_error("wrk failed (status " + std::to_string(status) + "):\n" + r.raw);
+  std::istringstream in(r.raw);
+  std::string l;
+  bool rps = false, total = false;
+  while (std::getline(in, l)) {
+    std::istringstream words(l);
+    std::string first;
+    words >> first;
+    if (first == "Requests/sec:") {
+      words >> r.requests_per_second;
+      rps = true;
+    } else if (first == "50%" || first == "99%") {
+      std::string d;
+      words >> d;
+      (first == "50%" ? r.p50_us : r.p99_us) = wrk_duration_us(d);
+    } else if (first == "Socket") {  // Socket errors: connect 0, read 0, write 0, timeout 0
+      std::string word;
+      while (words >> word) {
+        if (!word.empty() && std::isdigit(static_cast<unsigned char>(word[0]))) r.socket_errors += std::stoull(word);
+      }
+    } else if (first == "Non-2xx") {  // Non-2xx or 3xx responses: N
+      std::string word;
+      while (words >> word) {}
+      r.non_2xx = std::stoull(word);
+    } else if (l.find(" requests in ") != std::string::npos) {
+      r.requests = std::stoull(first);
+      total = true;
+    }
+  }
+  if (!rps || !total) throw std::runtime_error("cannot read wrk's output:\n" + r.raw);
+  return r;
+}
+
+// ---- the command line --------------------------------------------------------------------------
+
+constexpr std::string_view k_flavors[] = {"weft-uring", "weft-asio", "asio", "nginx"};
+
+struct options {
+  std::string flavor = "weft-uring";
+  int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int connections = 256;
+  int seconds = 5;
+  int runs = 1;
+};
+
+[[noreturn]] void usage(int status) {
+  std::fprintf(status == 0 ? stdout : stderr,
+               "usage: http [--flavor F] [--threads T] [--connections C] [--seconds S] [--runs R] [--list]\n"
+               "  --flavor F       one of: weft-uring weft-asio asio nginx (default weft-uring)\n"
+               "  --threads T      server threads (nginx: worker processes), 1..1024 (default: hardware threads)\n"
+               "  --connections C  wrk's connections, 1..60000 (default 256); --size C says the same\n"
+               "  --seconds S      length of each timed wrk run, 1..3600 (default 5)\n"
+               "  --runs R         timed runs after one untimed warm-up, 1..100 (default 1)\n"
+               "  --list           print the flavors, one a line, and exit\n");
+  std::exit(status);
+}
+
+int parse_int(const char* name, const char* text, int lo, int hi) {
+  char* end = nullptr;
+  const long v = std::strtol(text, &end, 10);
+  if (*text == '\0' || *end != '\0' || v < lo || v > hi) {
+    std::fprintf(stderr, "http: %s must be %d..%d (got '%s')\n", name, lo, hi, text);
+    usage(2);
+  }
+  return static_cast<int>(v);
+}
+
+options parse(int argc, char** argv) {
+  options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    const auto value = [&]() -> const char* {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "http: %s needs a value\n", argv[i]);
+        usage(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--flavor") {
+      o.flavor = value();
+      bool known = false;
+      for (auto f : k_flavors) known = known || f == o.flavor;
+      if (!known) {
+        std::fprintf(stderr, "http: unknown flavor '%s'\n", o.flavor.c_str());
+        usage(2);
+      }
+    } else if (a == "--threads") {
+      o.threads = parse_int("--threads", value(), 1, 1024);
+    } else if (a == "--connections" || a == "--size") {
+      o.connections = parse_int("--connections", value(), 1, 60000);
+    } else if (a == "--seconds") {
+      o.seconds = parse_int("--seconds", value(), 1, 3600);
+    } else if (a == "--runs") {
+      o.runs = parse_int("--runs", value(), 1, 100);
+    } else if (a == "--list") {
+      for (auto f : k_flavors) std::printf("%.*s\n", static_cast<int>(f.size()), f.data());
+      std::exit(0);
+    } else if (a == "--help" || a == "-h") {
+      usage(0);
+    } else {
+      std::fprintf(stderr, "http: unknown option '%s'\n", argv[i]);
+      usage(2);
+    }
+  }
+  return o;
+}
+
+/// Room for the connections: raises RLIMIT_NOFILE to its hard limit (the server's in
+/// this process; wrk and nginx inherit it, each for its own side).
+void raise_fd_limit(int connections) {
+  rlimit rl{};
+  ::getrlimit(RLIMIT_NOFILE, &rl);
+  rl.rlim_cur = rl.rlim_max;
+  ::setrlimit(RLIMIT_NOFILE, &rl);
+  const auto needed = static_cast<rlim_t>(connections + 256);
+  if (rl.rlim_cur < needed)
+    std::fprintf(stderr, "http: warning: RLIMIT_NOFILE %llu is below the %llu descriptors %d connections need\n",
+                 static_cast<unsigned long long>(rl.rlim_cur), static_cast<unsigned long long>(needed), connections);
+}
+
+int fail(const std::string& what) {
+  std::printf("FAIL: %s\n", what.c_str());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const options o = parse(argc, argv);
+  raise_fd_limit(o.connections);
+  ::signal(SIGPIPE, SIG_IGN);
+  try {
+    std::unique_ptr<server> srv;
+    nginx_server* nginx = nullptr;
+    if (o.flavor == "asio") {
+      srv = std::make_unique<asio_server>(o.threads);
+    } else if (o.flavor == "weft-asio") {
+      srv = std::make_unique<weft_asio_server>(o.threads);
+    } else if (o.flavor == "weft-uring") {
+      srv = std::make_unique<weft_uring_server>(o.threads);
+    } else {
+      auto n = std::make_unique<nginx_server>(o.threads, o.connections);
+      nginx = n.get();
+      srv = std::move(n);
+    }
+    const auto check = [&](const wrk_result& r, std::uint64_t answered_before) -> std::string {
+      if (r.socket_errors != 0) return "wrk reported " + std::to_string(r.socket_errors) + " socket errors:\n" + r.raw;
+      if (r.non_2xx != 0) return "wrk got " + std::to_string(r.non_2xx) + " non-2xx responses";
+      if (r.requests == 0) return "wrk completed no request";
+      if (nginx == nullptr) {
+        const std::uint64_t answered = srv->stats().answered.load() - answered_before;
+        if (answered < r.requests)
+          return "the server answered " + std::to_string(answered) + " requests, wrk counted " +
+                 std::to_string(r.requests);
+        if (const auto refused = srv->stats().refused.load(); refused != 0)
+          return "the server refused " + std::to_string(refused) + " requests";
+      }
+      return {};
+    };
+    const auto metrics = [](const wrk_result& r) {
+      std::printf("http: rps=%.0f p50_us=%.0f p99_us=%.0f\n", r.requests_per_second, r.p50_us, r.p99_us);
+    };
+    const wrk_result warm = run_wrk(srv->port(), o.connections, 1);  // untimed
+    if (auto why = check(warm, 0); !why.empty()) return fail("warm-up: " + why);
+    metrics(warm);
+    std::vector<wrk_result> runs;
+    for (int i = 0; i < o.runs; ++i) {
+      const std::uint64_t before = srv->stats().answered.load();
+      runs.push_back(run_wrk(srv->port(), o.connections, o.seconds));
+      if (auto why = check(runs.back(), before); !why.empty()) return fail("run " + std::to_string(i + 1) + ": " + why);
+      metrics(runs.back());
+    }
+    struct rusage ru{};
+    ::getrusage(RUSAGE_SELF, &ru);
+    const long rss = nginx != nullptr ? nginx->max_rss_kib() : ru.ru_maxrss;
+    std::uint64_t total = 0;
+    std::printf("threads: %d\nconnections: %d\nruns:\n", o.threads, o.connections);
+    for (const auto& r : runs) {
+      total += r.requests;
+      std::printf("  - iteration_count: 1\n"
+                  "    duration: %lld us\n"
+                  "    max_rss: %ld KiB\n"
+                  "    requests_per_second: %.0f\n"
+                  "    latency_p50: %.0f us\n"
+                  "    latency_p99: %.0f us\n"
+                  "    errors: 0\n",
+                  static_cast<long long>(o.seconds) * 1'000'000, rss, r.requests_per_second, r.p50_us, r.p99_us);
+    }
+    std::printf("output: %llu\n", static_cast<unsigned long long>(total));
+    return 0;
+  } catch (const weft::io::uring_unavailable& e) {
+    std::printf("SKIP: io_uring is unavailable: %s\n", e.what());
+    return 77;
+  } catch (const std::exception& e) {
+    return fail(e.what());
+  }
+}
