@@ -44,6 +44,7 @@
 #include <unistd.h>
 
 #include <boost/context/detail/fcontext.hpp>
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cxxabi.h>
@@ -81,18 +82,20 @@ std::size_t page_size() noexcept {
   return size;
 }
 
-// ---- stacks: mmap'ed, a PROT_NONE guard page at the low end, recycled per thread -----
+// ---- stacks: mmap'ed, a PROT_NONE guard region at the low end, recycled per thread ---
 
-void forget_stack_contents([[maybe_unused]] void* base, [[maybe_unused]] std::size_t bytes) noexcept {
+constexpr std::size_t k_max_guard = std::size_t{64} << 20;
+
+void forget_stack_contents([[maybe_unused]] void* base, [[maybe_unused]] std::size_t bytes,
+                           [[maybe_unused]] std::size_t guard) noexcept {
 #if WEFT_ASAN
   // Frames that never returned (the fiber's entry) leave their redzones poisoned.
-  const std::size_t guard = page_size();
   __asan_unpoison_memory_region(static_cast<char*>(base) + guard, bytes - guard);
 #endif
 }
 
-void unmap_stack(void* base, std::size_t bytes) noexcept {
-  forget_stack_contents(base, bytes);
+void unmap_stack(void* base, std::size_t bytes, std::size_t guard) noexcept {
+  forget_stack_contents(base, bytes, guard);
   ::munmap(base, bytes);
 }
 
@@ -103,12 +106,12 @@ class stack_cache {
   stack_cache(const stack_cache&) = delete;
   stack_cache& operator=(const stack_cache&) = delete;
   ~stack_cache() {
-    for (std::size_t i = 0; i < m_count; ++i) unmap_stack(m_entries[i].base, m_entries[i].bytes);
+    for (std::size_t i = 0; i < m_count; ++i) unmap_stack(m_entries[i].base, m_entries[i].bytes, m_entries[i].guard);
   }
 
-  void* take(std::size_t bytes) noexcept {
+  void* take(std::size_t bytes, std::size_t guard) noexcept {
     for (std::size_t i = m_count; i-- > 0;) {
-      if (m_entries[i].bytes == bytes) {
+      if (m_entries[i].bytes == bytes && m_entries[i].guard == guard) {
         void* base = m_entries[i].base;
         m_entries[i] = m_entries[--m_count];
         return base;
@@ -117,13 +120,13 @@ class stack_cache {
     return nullptr;
   }
 
-  void give(void* base, std::size_t bytes) noexcept {
-    forget_stack_contents(base, bytes);
+  void give(void* base, std::size_t bytes, std::size_t guard) noexcept {
+    forget_stack_contents(base, bytes, guard);
     if (m_count == k_capacity) {
-      unmap_stack(base, bytes);
+      unmap_stack(base, bytes, guard);
       return;
     }
-    m_entries[m_count++] = {base, bytes};
+    m_entries[m_count++] = {base, bytes, guard};
   }
 
  private:
@@ -131,6 +134,7 @@ class stack_cache {
   struct entry {
     void* base;
     std::size_t bytes;
+    std::size_t guard;
   };
   entry m_entries[k_capacity];
   std::size_t m_count = 0;
@@ -138,14 +142,15 @@ class stack_cache {
 
 thread_local stack_cache t_stacks;
 
-/// A stack of `bytes` in all (guard page included): from the cache or a new mapping.
-void* map_stack(std::size_t bytes) {
-  if (void* base = t_stacks.take(bytes)) return base;
+/// A stack of `bytes` in all, its lowest `guard` bytes inaccessible: from the cache or a
+/// new mapping.
+void* map_stack(std::size_t bytes, std::size_t guard) {
+  if (void* base = t_stacks.take(bytes, guard)) return base;
   void* base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK | MAP_NORESERVE,
                       -1, 0);
   if (base == MAP_FAILED)
     throw std::system_error(errno, std::system_category(), "weft::spawn_fiber: cannot map a fiber stack");
-  if (::mprotect(base, page_size(), PROT_NONE) != 0) {
+  if (::mprotect(base, guard, PROT_NONE) != 0) {
     const int err = errno;
     ::munmap(base, bytes);
     throw std::system_error(err, std::system_category(), "weft::spawn_fiber: cannot protect a fiber stack's guard page");
@@ -205,8 +210,8 @@ WEFT_NOINLINE fiber_await_op* switch_into(fiber_base& f) noexcept {
   *eh = {f.m_eh_caught, f.m_eh_uncaught};
 #if WEFT_ASAN
   void* fake_stack = nullptr;
-  __sanitizer_start_switch_fiber(&fake_stack, static_cast<char*>(f.m_stack_base) + page_size(),
-                                 f.m_stack_bytes - page_size());
+  __sanitizer_start_switch_fiber(&fake_stack, static_cast<char*>(f.m_stack_base) + f.m_guard_bytes,
+                                 f.m_stack_bytes - f.m_guard_bytes);
 #endif
 #if WEFT_TSAN
   f.m_tsan_return = __tsan_get_current_fiber();
@@ -226,7 +231,7 @@ WEFT_NOINLINE fiber_await_op* switch_into(fiber_base& f) noexcept {
   __tsan_destroy_fiber(f.m_tsan_fiber);
   f.m_tsan_fiber = nullptr;
 #endif
-  t_stacks.give(f.m_stack_base, f.m_stack_bytes);
+  t_stacks.give(f.m_stack_base, f.m_stack_bytes, f.m_guard_bytes);
   f.m_stack_base = nullptr;
   f.m_fiber_ctx = nullptr;
   return nullptr;
@@ -311,10 +316,15 @@ void fiber_base::start(const fiber_options& options) {
   if (options.stack_size < k_min_stack || options.stack_size > k_max_stack)
     throw std::invalid_argument("weft::spawn_fiber: fiber_options::stack_size must be in 16 KiB .. 1 GiB (got " +
                                 std::to_string(options.stack_size) + " bytes)");
+  if (options.guard_size > k_max_guard)
+    throw std::invalid_argument("weft::spawn_fiber: fiber_options::guard_size must be at most 64 MiB (got " +
+                                std::to_string(options.guard_size) + " bytes)");
   const std::size_t page = page_size();
   const std::size_t usable = (options.stack_size * k_sanitized_stack_factor + page - 1) / page * page;
-  m_stack_bytes = usable + page;
-  m_stack_base = map_stack(m_stack_bytes);
+  const std::size_t guard = std::max(page, (options.guard_size + page - 1) / page * page);
+  m_stack_bytes = usable + guard;
+  m_guard_bytes = guard;
+  m_stack_base = map_stack(m_stack_bytes, guard);
   m_fiber_ctx = fctx::make_fcontext(static_cast<char*>(m_stack_base) + m_stack_bytes, usable, &fiber_entry);
 #if WEFT_TSAN
   m_tsan_fiber = __tsan_create_fiber(0);
@@ -357,7 +367,7 @@ fiber_base::~fiber_base() {
 #if WEFT_TSAN
   if (m_tsan_fiber != nullptr) __tsan_destroy_fiber(m_tsan_fiber);
 #endif
-  if (m_stack_base != nullptr) unmap_stack(m_stack_base, m_stack_bytes);
+  if (m_stack_base != nullptr) unmap_stack(m_stack_base, m_stack_bytes, m_guard_bytes);
 }
 
 // ---- weft::await support ----------------------------------------------------------------

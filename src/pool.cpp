@@ -17,6 +17,9 @@ pool_impl::pool_impl(thread_pool& owner, const pool_options& opts) : m_owner(own
   if (opts.priorities < 1 || opts.priorities > 16)
     throw std::invalid_argument("weft::thread_pool: pool_options::priorities must be in 1..16 (got " +
                                 std::to_string(opts.priorities) + ")");
+  if (opts.spins > k_max_spins)
+    throw std::invalid_argument("weft::thread_pool: pool_options::spins must be in 0.." + std::to_string(k_max_spins) +
+                                " (got " + std::to_string(opts.spins) + ")");
   m_workers.reserve(opts.threads);
   for (unsigned i = 0; i < opts.threads; ++i)
     m_workers.push_back(std::make_unique<worker>(*this, i, opts.priorities));

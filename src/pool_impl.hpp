@@ -20,6 +20,9 @@
 
 namespace weft::detail {
 
+/// The most steal rounds pool_options::spins may ask for (see there).
+inline constexpr unsigned k_max_spins = 65536;
+
 class pool_impl;
 
 /// Work posted from outside the pool, one FIFO per priority. Owner and thieves take

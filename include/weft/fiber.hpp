@@ -46,10 +46,19 @@ struct fiber_options {
   /// would (e.g. resume_on keeps the current priority).
   unsigned priority = k_inherit;
   /// Usable stack bytes, rounded up to whole pages, 16 KiB .. 1 GiB. Below the stack
-  /// lies one inaccessible guard page: overflowing the stack kills the process with
-  /// SIGSEGV instead of corrupting memory. Under ASan/TSan the stack is 4x larger
-  /// (instrumented frames are bigger).
+  /// lies an inaccessible guard region (guard_size): overflowing the stack kills the
+  /// process with SIGSEGV instead of corrupting memory. Under ASan/TSan the stack is 4x
+  /// larger (instrumented frames are bigger).
   std::size_t stack_size = 64 * 1024;
+  /// Bytes of the inaccessible guard region below the stack, rounded up to whole pages,
+  /// at least one page (the default), at most 64 MiB (std::invalid_argument beyond).
+  /// A guard only catches an overflow whose first access lands inside it: a single
+  /// frame larger than the guard (a big local array, alloca) can step over it and
+  /// corrupt whatever lies below, silently. Code with such frames should ask for a
+  /// guard at least as large as its largest frame, or be compiled with
+  /// -fstack-clash-protection (which probes every page of a large frame; weft's own
+  /// sources are, where the compiler has it). Costs address space only.
+  std::size_t guard_size = 0;
   /// The stop token the fiber runs under, as a task does (weft/stop.hpp): what it
   /// awaits with weft::await watches it (a task awaited passes it on; a channel pull
   /// ends with nullopt, a lock throws weft::cancelled, an io_uring operation ends with
@@ -139,8 +148,9 @@ class fiber_base {
   void* m_fiber_ctx = nullptr;   // where to jump to resume the fiber
   void* m_return_ctx = nullptr;  // where the fiber jumps back to (its driver's thread)
   fiber_await_op* m_op = nullptr;  // the pending await, set by the fiber before switching out
-  void* m_stack_base = nullptr;    // mapping base (the guard page)
-  std::size_t m_stack_bytes = 0;   // whole mapping, guard page included
+  void* m_stack_base = nullptr;    // mapping base (the guard region)
+  std::size_t m_stack_bytes = 0;   // whole mapping, guard region included
+  std::size_t m_guard_bytes = 0;   // the guard region, whole pages
   bool m_finished = false;
   std::stop_token m_stop_token;  // fiber_options::stop_token
   void* m_eh_caught = nullptr;     // the fiber's C++ exception-handling globals while switched out

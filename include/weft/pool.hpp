@@ -24,7 +24,11 @@ struct pool_options {
   std::size_t threads = default_thread_count();  ///< worker threads, 1..4096
   unsigned priorities = 4;                       ///< priority levels 1..16; 0 is highest
   bool pin = false;                              ///< bind worker i to core i (hwloc)
-  unsigned spins = 64;                           ///< steal rounds before an idle worker parks
+  /// Steal rounds (a sweep over every other worker, then a short pause) an idle worker
+  /// makes before it parks, 0..65536 (0 counts as 1). More rounds find new work sooner
+  /// and burn more CPU while idle; each worker of a stopping pool makes them again
+  /// before it exits, so the bound keeps a destructor from spinning for minutes.
+  unsigned spins = 64;
   /// Called with an exception nobody can rethrow any more (a task started with
   /// `.detach()`, an abandoned fork_handle's child, a fork_group or scope destroyed
   /// before rethrowing it), on the worker of this pool where it is reported. Empty (the
@@ -56,8 +60,9 @@ class pool_impl;
 /// programming error (it would wait for itself): the process is aborted with a message.
 class thread_pool final : public executor {
  public:
-  /// Starts the workers. Throws std::invalid_argument for threads == 0 or > 4096 or
-  /// priorities outside 1..16, std::system_error if a thread cannot be started.
+  /// Starts the workers. Throws std::invalid_argument for threads == 0 or > 4096,
+  /// priorities outside 1..16 or spins > 65536, std::system_error if a thread cannot be
+  /// started.
   explicit thread_pool(pool_options options = {});
   /// Stops the pool as the class comment says (queued work runs to completion, then the
   /// workers are joined); aborts when called on one of its own workers.

@@ -341,3 +341,45 @@ TEST_CASE("a fiber's deep recursion within its stack works, overflow hits the gu
   REQUIRE(WIFSIGNALED(status));
   REQUIRE(WTERMSIG(status) == SIGSEGV);
 }
+
+namespace {
+// 16 KiB a frame: four times the default one-page guard. The array's address escapes
+// (the asm), so the compiler keeps all of it; only its lowest byte is touched.
+__attribute__((noinline)) std::size_t recurse_big(std::size_t n) {
+  volatile char frame[16 * 1024];
+  frame[0] = static_cast<char>(n);
+  asm volatile("" : : "r"(&frame[0]) : "memory");
+  if (n == 0) return static_cast<std::size_t>(frame[0]);
+  return recurse_big(n - 1) + static_cast<std::size_t>(frame[0]);
+}
+}  // namespace
+
+TEST_CASE("fiber_options::guard_size: a guard larger than the biggest frame catches its overflow", "[fiber]") {
+  weft::thread_pool pool{{.threads = 1}};
+  CHECK_THROWS_AS(weft::spawn_fiber([] {}, {.executor = &pool, .guard_size = (std::size_t{64} << 20) + 1}),
+                  std::invalid_argument);
+  // Within the stack, a large guard changes nothing.
+  REQUIRE(join(pool, weft::spawn_fiber([] { return recurse_big(3); },
+                                       {.executor = &pool, .stack_size = 1 << 20, .guard_size = 256 * 1024})) ==
+          recurse_big(3));
+  if constexpr (WEFT_SANITIZED) {
+    SUCCEED("the overflow check is skipped under sanitizers (they handle SIGSEGV themselves)");
+    return;
+  }
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    std::signal(SIGSEGV, SIG_DFL);
+    ::alarm(30);
+    weft::thread_pool p{{.threads = 1}};
+    // 64 KiB of stack, 16 KiB frames: the fifth lands in the 256 KiB guard, whose every
+    // byte is inaccessible, wherever in it the frame's first access falls.
+    auto h = weft::spawn_fiber([] { return recurse_big(64); }, {.executor = &p, .guard_size = 256 * 1024});
+    (void)join(p, std::move(h));
+    ::_exit(0);  // not reached
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  REQUIRE(WIFSIGNALED(status));
+  REQUIRE(WTERMSIG(status) == SIGSEGV);
+}

@@ -86,6 +86,11 @@ TEST_CASE("thread_pool: invalid options throw std::invalid_argument", "[pool]") 
   CHECK_THROWS_AS(weft::thread_pool({.threads = 0}), std::invalid_argument);
   CHECK_THROWS_AS(weft::thread_pool({.threads = 1, .priorities = 0}), std::invalid_argument);
   CHECK_THROWS_AS(weft::thread_pool({.threads = 1, .priorities = 17}), std::invalid_argument);
+  // An outside test's case: UINT_MAX steal rounds made the destructor spin for minutes.
+  CHECK_THROWS_AS(weft::thread_pool({.threads = 1, .spins = 65'537}), std::invalid_argument);
+  CHECK_THROWS_AS(weft::thread_pool({.threads = 1, .spins = ~0u}), std::invalid_argument);
+  weft::thread_pool most{{.threads = 2, .spins = 65'536}};  // the bound itself is fine
+  CHECK(weft::sync_wait(most, fib(10)) == 55);
 }
 
 TEST_CASE("thread_pool: reports its options", "[pool]") {
