@@ -39,11 +39,7 @@
 //   resumes the awaiting coroutine by symmetric transfer (or on its home executor); an
 //   inline completer makes await_suspend return false. m_refs (awaiter + every runner)
 //   keeps the state alive for runners that start after the group finished.
-#include <immintrin.h>
-#include <linux/futex.h>
 #include <sched.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
@@ -51,7 +47,9 @@
 #include <stdexcept>
 #include <string>
 
+#include "futex.hpp"
 #include "group_impl.hpp"
+#include "weft/detail/spin_lock.hpp"
 #include "weft/config.hpp"
 #include "weft/group.hpp"
 #include "weft/pool.hpp"
@@ -75,14 +73,14 @@ std::uint32_t* futex_word(group_state& s) noexcept {
 }
 
 void futex_wait_high(group_state& s, std::uint32_t expected) noexcept {
-  timespec limit{0, 10'000'000};  // 10 ms: a bound, not a protocol need
-  syscall(SYS_futex, futex_word(s), FUTEX_WAIT_PRIVATE, expected, &limit, nullptr, 0);
+  const timespec limit{0, 10'000'000};  // 10 ms: a bound, not a protocol need
+  futex_wait(futex_word(s), expected, &limit);
 }
 
 void wake_sleepers(group_state& s) noexcept {
   // seq_cst: pairs with the sleeper's seq_cst increment and re-read in backoff().
   if (s.m_sleepers.load(std::memory_order_seq_cst) != 0)
-    syscall(SYS_futex, futex_word(s), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
+    futex_wake(futex_word(s), INT_MAX);
 }
 
 }  // namespace
@@ -90,7 +88,7 @@ void wake_sleepers(group_state& s) noexcept {
 void backoff(group_state& s, std::uint64_t w, unsigned& spins, bool may_sleep) noexcept {
   ++spins;
   if (spins < k_spins) {
-    _mm_pause();
+    cpu_relax();
   } else if (spins < k_spins + k_yields || !may_sleep) {
     sched_yield();
   } else {

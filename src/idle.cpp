@@ -23,25 +23,14 @@
 //   last worker to park, finding every other worker parked and every queue empty under
 //   m_idle_mutex, sets m_done and wakes all, and they exit. Parked workers cannot take
 //   or make work, and foreign threads can no longer post, so the check is stable.
-#include <linux/futex.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <climits>
 #include <thread>
 
+#include "futex.hpp"
 #include "pool_impl.hpp"
 
 namespace weft::detail {
-
-void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected) noexcept {
-  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAIT_PRIVATE, expected, nullptr, nullptr, 0);
-}
-
-void futex_wake_one(std::atomic<std::uint32_t>& word) noexcept {
-  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
-}
 
 namespace {
 void wake_locked(pool_impl& pool, worker& w, bool as_searcher) noexcept {

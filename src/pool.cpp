@@ -4,6 +4,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "futex.hpp"
 #include "pool_impl.hpp"
 
 namespace weft::detail {

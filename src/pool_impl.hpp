@@ -122,8 +122,4 @@ void lower_inline_limit(worker_context& w, unsigned limit) noexcept;
 /// none (set by worker::run; read by report_detached_exception, src/task.cpp).
 extern constinit thread_local const std::function<void(std::exception_ptr)>* t_unhandled_exception_hook;
 
-// idle.cpp
-void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected) noexcept;
-void futex_wake_one(std::atomic<std::uint32_t>& word) noexcept;
-
 }  // namespace weft::detail

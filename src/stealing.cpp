@@ -18,11 +18,11 @@
 // (counted in the pool's idle word, so that producers do not wake more workers while
 // someone is already looking), sweeps all victims at all priorities up to `spins`
 // times with a pause in between, and either returns work or gives up (then parks).
-#include <immintrin.h>
 
 #include <chrono>
 
 #include "pool_impl.hpp"
+#include "weft/detail/spin_lock.hpp"
 
 namespace weft::detail {
 
@@ -81,7 +81,7 @@ void* worker::search() noexcept {
         return item;
       }
     }
-    for (int i = 0; i < 32; ++i) _mm_pause();
+    for (int i = 0; i < 32; ++i) cpu_relax();
   }
   return nullptr;
 }
