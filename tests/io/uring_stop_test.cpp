@@ -291,6 +291,63 @@ TEST_CASE("uring stop: a server of thousands of live connections shuts down thro
   CHECK(weft_io_test::fd_count() == fds_before);
 }
 
+TEST_CASE("uring stop: the same server on one loop per core (reuse_port) shuts down through one token",
+          "[io][uring][stop]") {
+  auto io0 = weft_io_test::make_uring_or_skip();
+  if (!io0) return;
+  auto io1 = weft_io_test::make_uring_or_skip();
+  weft::io::uring_context* loops[2] = {io0.get(), io1.get()};
+  const std::size_t limit = weft_io_test::raise_fd_limit();
+  const int wanted = k_slow ? 1000 : 10'000;
+  const int conns = static_cast<int>(std::min<std::size_t>(wanted, (limit - 256) / 2));
+  REQUIRE(conns >= 100);
+  const std::size_t fds_before = weft_io_test::fd_count();
+  std::atomic<int> live{0};
+  std::atomic<int> cancelled_reads{0};
+  std::atomic<bool> accept_cancelled[2] = {false, false};
+  std::stop_source shutdown;
+  std::vector<int> clients;
+  std::chrono::steady_clock::time_point asked;
+  {
+    tcp_listener l0(*io0), l1(*io1);
+    REQUIRE_FALSE(l0.listen(endpoint::loopback(0), {.backlog = 4096, .reuse_port = true}));
+    const endpoint ep = l0.local_endpoint();
+    REQUIRE_FALSE(l1.listen(ep, {.backlog = 4096, .reuse_port = true}));
+    tcp_listener* listeners[2] = {&l0, &l1};
+    std::thread driver([&] {
+      for (int i = 0; i < conns; ++i) {
+        const int c = connect_plain(ep);
+        if (c >= 0) clients.push_back(c);
+      }
+      const auto deadline = std::chrono::steady_clock::now() + 60s;
+      while (live.load(std::memory_order_relaxed) < static_cast<int>(clients.size()) &&
+             std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(1ms);
+      asked = std::chrono::steady_clock::now();
+      shutdown.request_stop();
+    });
+    // One accept loop per loop thread, all children of one scope: one token stops both.
+    weft::sync_wait(*io0, [&]() -> weft::task<void> {
+      weft::scope root{shutdown.get_token()};
+      for (int k = 0; k < 2; ++k)
+        root.spawn(weft::spawn(serve(*listeners[k], live, cancelled_reads, accept_cancelled[k])).run_on(*loops[k]));
+      co_await root.join();
+    }());
+    const auto took = std::chrono::steady_clock::now() - asked;
+    driver.join();
+    CHECK(static_cast<int>(clients.size()) == conns);
+    CHECK(live.load() == conns);
+    CHECK(cancelled_reads.load() == conns);
+    CHECK(accept_cancelled[0].load());
+    CHECK(accept_cancelled[1].load());
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(took).count();
+    WARN(conns << " connections over two loops and both accept loops stopped and joined in " << ms << " ms");
+    CHECK(ms < (k_slow ? 5000 : 1000));  // the target (100 ms) is measured standalone: see io/README.md
+  }
+  for (int c : clients) ::close(c);
+  CHECK(weft_io_test::fd_count() == fds_before);
+}
+
 TEST_CASE("uring stop: weft::with_timeout on accept and on write_all to a peer that never reads",
           "[io][uring][stop][timeout]") {
   auto io = weft_io_test::make_uring_or_skip();
