@@ -4,7 +4,7 @@
 // Where a child runs, for every spawn form: on the executor the spawning code runs on
 // (on a plain thread, weft::default_pool()), at the spawner's priority, unless told
 // otherwise: weft::spawn(t).run_on(ex) / .priority(p); spawn_many(...).run_on(ex);
-// spawn_tuple through weft::spawn(spawn_tuple(...)).run_on(ex); fork_group forks where
+// spawn_tuple(...).run_on(ex); fork_group forks where
 // its owner runs; weft::scope::spawn(weft::spawn(t).run_on(ex)) (weft/scope.hpp). A
 // joined parent always resumes on its own executor. So a task on an I/O executor that
 // fans CPU work out with a bare spawn_many runs it on the I/O thread: add .run_on(pool).

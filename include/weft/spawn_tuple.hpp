@@ -11,6 +11,7 @@
 
 #include "weft/detail/bulk.hpp"
 #include "weft/detail/fork.hpp"
+#include "weft/spawn.hpp"
 #include "weft/task.hpp"
 
 namespace weft {
@@ -55,19 +56,32 @@ task<std::tuple<tuple_slot_t<Ts>...>> spawn_tuple_impl(task<Ts>... ts) {
 
 }  // namespace detail
 
+/// What spawn_tuple returns: the task that runs the tuple (await it, or hand it to
+/// weft::spawn, like any task<R>), with run_on to run it on another executor. Single use;
+/// not thread-safe (one owner).
+template <class R>
+class [[nodiscard]] tuple_task : public task<R> {
+ public:
+  /// Not API: made by spawn_tuple.
+  explicit tuple_task(task<R>&& t) noexcept : task<R>(std::move(t)) {}
+  /// `co_await weft::spawn_tuple(a(), b()).run_on(pool)`: the tasks are forked on `ex`
+  /// (the tuple's task is spawned there, as weft::spawn(t).run_on(ex)); the caller
+  /// resumes on its own executor. `.priority(p)` may follow.
+  auto run_on(executor& ex) && { return spawn(static_cast<task<R>&&>(*this)).run_on(ex); }
+};
+
 /// Runs the tasks in parallel (all but the last queued where thieves can take them, the
 /// last inline) and evaluates to std::tuple of their results (std::monostate for a void
 /// task). The first (leftmost) exception is rethrown after every task finished.
 /// Throws std::logic_error if a task is empty. Call from a weft task (on any executor);
 /// the tasks run at once on that executor's threads, so anything they share must be
-/// thread-safe. To run them on another executor, spawn the tuple's task there:
-/// `co_await weft::spawn(weft::spawn_tuple(a, b)).run_on(pool)` (the children are
-/// forked from `pool`; the caller resumes on its own executor).
+/// thread-safe. To run them on another executor: `co_await weft::spawn_tuple(a, b).run_on(pool)`
+/// (the children are forked from `pool`; the caller resumes on its own executor).
 template <class... Ts>
   requires(sizeof...(Ts) > 0)
-task<std::tuple<detail::tuple_slot_t<Ts>...>> spawn_tuple(task<Ts>... ts) {
+tuple_task<std::tuple<detail::tuple_slot_t<Ts>...>> spawn_tuple(task<Ts>... ts) {
   if (!(ts.valid() && ...)) detail::throw_bad_await("weft::spawn_tuple: empty or moved-from task");
-  return detail::spawn_tuple_impl(std::move(ts)...);
+  return tuple_task<std::tuple<detail::tuple_slot_t<Ts>...>>{detail::spawn_tuple_impl(std::move(ts)...)};
 }
 
 }  // namespace weft

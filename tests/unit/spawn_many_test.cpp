@@ -599,7 +599,7 @@ TEMPLATE_LIST_TEST_CASE("spawn_many: children's frames are freed exactly once, o
   }
 }
 
-TEST_CASE("spawn_many(...).run_on and spawn(spawn_tuple(...)).run_on run the children on the other executor",
+TEST_CASE("spawn_many(...).run_on and spawn_tuple(...).run_on run the children on the other executor",
           "[spawn_many][spawn_tuple]") {
   weft::thread_pool home{{.threads = 1}};
   weft::thread_pool cpu{{.threads = 2, .priorities = 3}};
@@ -622,8 +622,12 @@ TEST_CASE("spawn_many(...).run_on and spawn(spawn_tuple(...)).run_on run the chi
       }(cpu, voids);
     }).run_on(cpu);
     auto [x, y] = co_await weft::spawn(weft::spawn_tuple(on_cpu(), on_cpu())).run_on(cpu);
-    co_return all_on_cpu && back_home && array_on_cpu && voids.load() == 4 && x + y == 2 &&
-        home.owns_current_thread();
+    const bool tuple_back_home = home.owns_current_thread();
+    // spawn_tuple's own run_on, then at a priority of the other pool.
+    auto [x2, y2] = co_await weft::spawn_tuple(on_cpu(), on_cpu()).run_on(cpu);
+    auto [x3, y3] = co_await weft::spawn_tuple(on_cpu(), on_cpu()).run_on(cpu).priority(2);
+    co_return all_on_cpu && back_home && array_on_cpu && voids.load() == 4 && x + y == 2 && tuple_back_home &&
+        x2 + y2 == 2 && x3 + y3 == 2 && home.owns_current_thread();
   }());
   CHECK(r);
 }

@@ -44,8 +44,13 @@ weft::task<std::uint64_t> fib(unsigned n) {
 
 } // namespace
 
+// The result is a task of the tuple (with run_on), and converts to task<tuple> as before.
 static_assert(std::is_same_v<decltype(weft::spawn_tuple(value_of(1), std::declval<weft::task<void>>())),
-                             weft::task<std::tuple<int, std::monostate>>>);
+                             weft::tuple_task<std::tuple<int, std::monostate>>>);
+static_assert(std::is_base_of_v<weft::task<std::tuple<int, std::monostate>>,
+                                weft::tuple_task<std::tuple<int, std::monostate>>>);
+static_assert(std::is_convertible_v<weft::tuple_task<std::tuple<int, std::monostate>>&&,
+                                    weft::task<std::tuple<int, std::monostate>>>);
 
 TEMPLATE_LIST_TEST_CASE("spawn_tuple: a tuple of every child's result", "[spawn_tuple]",
                         weft_test::all_executors) {
