@@ -125,10 +125,11 @@ class [[nodiscard]] spawn_op {
   }
 
   /// Runs the child and waits for it: inline when nothing was configured, else as a
-  /// fork immediately joined. Evaluates to its value or rethrows its exception.
+  /// fork immediately joined. Either way the child runs under the awaiting task's stop
+  /// token (weft/stop.hpp). Evaluates to its value or rethrows its exception.
   WEFT_INLINE auto operator co_await() && {
-    if (m_prio == detail::k_inherit_priority && m_target == nullptr) return awaiter{m_task.release(), false};
-    return awaiter{fork_raw(), true};
+    if (m_prio == detail::k_inherit_priority && m_target == nullptr) return awaiter{m_task.release(), nullptr};
+    return awaiter{take(), this};  // forked in await_suspend, once the awaiting task is known
   }
 
  private:
@@ -136,30 +137,42 @@ class [[nodiscard]] spawn_op {
   friend class scope;  // scope::spawn(spawn_op) starts the child its own way
   using handle_type = typename task<T>::handle_type;
 
-  // One owned handle, run inline or forked and joined. m_joined is a constant after
-  // inlining (nothing configured is the common case), and await_resume frees the frame
-  // and empties m_h, so the destructor's check folds away: an inline co_await costs what
-  // co_await on the task itself costs.
+  // One owned handle, run inline (m_fork null) or forked and joined (m_fork: the op
+  // whose priority and executor the fork takes). m_fork is a constant after inlining
+  // (nothing configured is the common case), and await_resume frees the frame and
+  // empties m_h, so the destructor's check folds away: an inline co_await costs what
+  // co_await on the task itself costs. The configured child is forked in await_suspend,
+  // where the awaiting task (whose token it inherits) is known; `m_fork` points at the
+  // spawn_op being awaited, alive until the co_await expression ends.
   struct awaiter {
     handle_type m_h;
-    bool m_joined;
-    awaiter(handle_type h, bool joined) noexcept : m_h(h), m_joined(joined) {}
+    spawn_op* m_fork;
+    bool m_forked = false;
+    awaiter(handle_type h, spawn_op* fork) noexcept : m_h(h), m_fork(fork) {}
     awaiter(const awaiter&) = delete;
     awaiter& operator=(const awaiter&) = delete;
-    ~awaiter() {  // not awaited after all (await_ready threw)
+    ~awaiter() {  // not awaited after all (await_ready threw), or never resumed
       if (m_h) {
-        if (m_joined) detail::abandon_child(m_h);
+        if (m_forked) detail::abandon_child(m_h);
         else m_h.destroy();
       }
     }
     WEFT_INLINE bool await_ready() {
-      if (!m_joined) return typename task<T>::awaiter{m_h}.await_ready();  // throws for an empty task
-      return detail::join_awaiter{m_h}.await_ready();
+      if (m_fork == nullptr) return typename task<T>::awaiter{m_h}.await_ready();  // throws for an empty task
+      return false;
     }
     template <class Awaiting>
     WEFT_INLINE std::coroutine_handle<> await_suspend(std::coroutine_handle<Awaiting> c) {
-      if (!m_joined) return typename task<T>::awaiter{m_h}.await_suspend(c);
-      return detail::join_awaiter{m_h}.await_suspend(c);
+      if (m_fork == nullptr) return typename task<T>::awaiter{m_h}.await_suspend(c);
+      handle_type h = std::exchange(m_h, {});  // freed by enqueue_or_destroy if queueing throws
+      h.promise().m_stop = detail::awaiting_token(c);
+      h.promise().m_mode = detail::completion::forked;
+      m_fork->enqueue_or_destroy(h);
+      m_h = h;
+      m_forked = true;
+      detail::join_awaiter join{h};
+      if (join.await_ready()) return c;  // already run by a thief
+      return join.await_suspend(c);
     }
     /// The child's result (its exception rethrown); its frame is freed either way.
     WEFT_INLINE decltype(auto) await_resume() { return detail::take_and_free<T>(std::exchange(m_h, {})); }

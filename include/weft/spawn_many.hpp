@@ -78,10 +78,14 @@ class [[nodiscard]] bulk_join_op {
     return m_ts.size() == 0;
   }
 
-  /// Queues children 0..n-2 and transfers into child n-1, on this thread.
-  std::coroutine_handle<> await_suspend(std::coroutine_handle<> awaiting) {
+  /// Queues children 0..n-2 and transfers into child n-1, on this thread. The children
+  /// run under the awaiting task's stop token (weft/stop.hpp), if it has one.
+  template <class Awaiting>
+  std::coroutine_handle<> await_suspend(std::coroutine_handle<Awaiting> awaiting) {
     using promise = typename task<T>::promise_type;
     const std::size_t n = m_ts.size();
+    if (const std::stop_token* tok = awaiting_token(awaiting)) [[unlikely]]
+      for (auto& t : m_ts) t.handle().promise().m_stop = tok;
     promise& last = m_ts[n - 1].handle().promise();
     if (n > 1) {
       const auto child = [&](std::size_t i) {

@@ -4,6 +4,7 @@
 #include <array>
 #include <coroutine>
 #include <exception>
+#include <stop_token>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -32,9 +33,24 @@ tuple_slot_t<T> take_slot(task<T>& t) {
   }
 }
 
+/// Evaluates to where the awaiting task's stop token is (null: none), without suspending.
+struct own_stop_token {
+  const std::stop_token* m_token = nullptr;
+  bool await_ready() const noexcept { return false; }
+  template <class Promise>
+  bool await_suspend(std::coroutine_handle<Promise> h) noexcept {
+    m_token = awaiting_token(h);
+    return false;
+  }
+  const std::stop_token* await_resume() const noexcept { return m_token; }
+};
+
 template <class... Ts>
 task<std::tuple<tuple_slot_t<Ts>...>> spawn_tuple_impl(task<Ts>... ts) {
   constexpr std::size_t n = sizeof...(Ts);
+  // The children run under the token this task runs under (the awaiting task's).
+  const std::stop_token* tok = co_await own_stop_token{};
+  if (tok != nullptr) ((ts.handle().promise().m_stop = tok), ...);
   // Children 0..n-2 are forked (one bulk publication), the last runs inline, then the
   // forked ones are joined newest first (see weft/detail/bulk.hpp).
   std::array<promise_base*, n> ps{&ts.handle().promise()...};

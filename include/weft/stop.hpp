@@ -2,12 +2,14 @@
 //
 // weft has one cancellation model: std::stop_token. A task runs under at most one
 // token. Where it comes from:
-// * a task awaited with `co_await t` (or `co_await weft::spawn(t)` with nothing
-//   configured) runs under the token of the task awaiting it;
+// * a task awaited runs under the token of the task awaiting it: `co_await t`,
+//   `co_await weft::spawn(t)` (also with .run_on / .priority), and the children of an
+//   awaited spawn_many(...) or spawn_tuple(...) (also with .run_on);
 // * a child of a weft::scope runs under the scope's token (weft/scope.hpp);
-// * a task started by sync_wait, run, post, detach, `.fork()`, fork_group, spawn_many or
-//   spawn_tuple starts with none (a fork is a push onto the worker's deque that does not
-//   see the forking task); give such work a scope, or pass a token as an argument.
+// * a task started by sync_wait, run, post, detach, `.fork()` or fork_group starts with
+//   none: `.fork()` and fork_group::fork are plain calls that never see the forking
+//   task (only an awaiter does), and reading it on every fork would cost the hot path.
+//   Give such work a scope, or pass a token as an argument.
 // * a fiber runs under fiber_options::stop_token (what it awaits sees it as a task's).
 // Stopping is cooperative: the token's owner calls request_stop(); the task sees it
 // through `co_await weft::this_task::stop_requested()`, and every weft wait watches it

@@ -14,6 +14,9 @@
 #include <weft/pool.hpp>
 #include <weft/scope.hpp>
 #include <weft/semaphore.hpp>
+#include <weft/spawn.hpp>
+#include <weft/spawn_many.hpp>
+#include <weft/spawn_tuple.hpp>
 #include <weft/sync_wait.hpp>
 #include <weft/timeout.hpp>
 
@@ -361,4 +364,45 @@ TEST_CASE("stop: a fiber without a token waits as before", "[stop][fiber]") {
   auto h = weft::spawn_fiber([&] { return weft::await(ch.pull()).value_or(-1); }, {.executor = &pool});
   CHECK(ch.try_push(5) == weft::channel_status::ok);
   CHECK(weft::sync_wait(pool, [](weft::fiber_handle<int> f) -> weft::task<int> { co_return co_await f; }(std::move(h))) == 5);
+}
+
+namespace {
+weft::task<bool> sees(std::stop_token expected) {
+  const std::stop_token mine = co_await weft::this_task::stop_token();
+  co_return mine == expected;
+}
+weft::task<int> count_if_sees(std::stop_token expected) { co_return (co_await sees(expected)) ? 1 : 0; }
+
+// Awaits every awaited spawn form under the scope's token and counts the children that
+// see it (all of them must), plus one .fork() child (which runs under none: not counted).
+weft::task<int> awaited_forms(weft::executor& other) {
+  const std::stop_token tok = co_await weft::this_task::stop_token();
+  int n = 0;
+  n += co_await count_if_sees(tok);                                              // plain co_await
+  n += co_await weft::spawn(count_if_sees(tok));                                 // inline spawn
+  n += co_await weft::spawn(count_if_sees(tok)).run_on(other);                   // forked and joined
+  n += co_await weft::spawn(count_if_sees(tok)).priority(1);
+  for (int v : co_await weft::spawn_many(3, [&](std::size_t) { return count_if_sees(tok); })) n += v;
+  for (int v : co_await weft::spawn_many(3, [&](std::size_t) { return count_if_sees(tok); }).run_on(other)) n += v;
+  auto [a, b] = co_await weft::spawn_tuple(count_if_sees(tok), count_if_sees(tok));
+  n += a + b;
+  auto [c, d] = co_await weft::spawn_tuple(count_if_sees(tok), count_if_sees(tok)).run_on(other);
+  n += c + d;
+  auto forked = weft::spawn(sees(std::stop_token{})).fork();  // .fork(): no token (weft/stop.hpp)
+  if (co_await forked) n += 100;
+  co_return n;
+}
+}  // namespace
+
+TEST_CASE("stop: children of every awaited spawn form inherit the awaiting task's token", "[stop][spawn]") {
+  weft::thread_pool pool{{.threads = 2}};
+  weft::thread_pool other{{.threads = 2}};
+  auto n = weft::sync_wait(pool, [](weft::executor& o) -> weft::task<int> {
+    weft::scope<int> s;
+    s.spawn(awaited_forms(o));
+    auto v = co_await s.next();
+    co_await s.join();
+    co_return v.value_or(-1);
+  }(other));
+  CHECK(n == 1 + 1 + 1 + 1 + 3 + 3 + 2 + 2 + 100);
 }
