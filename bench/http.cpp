@@ -207,6 +207,39 @@ class asio_server final : public server {
   unsigned short m_port = 0;
 };
 
+// ---- weft servers: one accept loop per executor, all under one stop token ---------------------
+
+/// The accept loops of a weft server, each the root of its executor's connections:
+/// destroying this stops them all (through one token) and waits until every loop and
+/// every connection ended. Declare it after the executors and listeners it uses.
+class accept_loops {
+ public:
+  accept_loops() = default;
+  accept_loops(const accept_loops&) = delete;
+  accept_loops& operator=(const accept_loops&) = delete;
+  ~accept_loops() {
+    m_stop.request_stop();
+    for (auto& d : m_done) d->wait(false);
+  }
+  /// Runs `loop` on `ex` under this server's token, inside a scope that joins it.
+  void start(weft::executor& ex, weft::task<void> loop) {
+    m_done.push_back(std::make_unique<std::atomic<bool>>(false));
+    weft::post(ex, [](std::stop_token tok, weft::task<void> l, std::atomic<bool>& done) -> weft::task<void> {
+      {
+        weft::scope root{std::move(tok)};
+        root.spawn(std::move(l));
+        co_await root.join();
+      }
+      done.store(true);
+      done.notify_one();
+    }(m_stop.get_token(), std::move(loop), *m_done.back()));
+  }
+
+ private:
+  std::stop_source m_stop;
+  std::vector<std::unique_ptr<std::atomic<bool>>> m_done;
+};
+
 // ---- weft tasks over Asio: one asio_executor per thread ---------------------------------------
 
 weft::task<void> weft_asio_session(tcp::socket s, counters& c) {
@@ -244,31 +277,17 @@ class weft_asio_server final : public server {
     m_acceptors.push_back(reuse_port_acceptor(m_io[0]->context(), 0));
     m_port = m_acceptors[0].local_endpoint().port();
     for (int i = 1; i < threads; ++i) m_acceptors.push_back(reuse_port_acceptor(m_io[i]->context(), m_port));
-    for (int i = 0; i < threads; ++i) {
-      m_done.push_back(std::make_unique<std::atomic<bool>>(false));
-      weft::post(*m_io[i], [](weft_asio_server* self, int k) -> weft::task<void> {
-        weft::scope root{self->m_stop.get_token()};
-        root.spawn(weft_asio_accept(self->m_acceptors[k], self->m_counters));
-        co_await root.join();
-        self->m_done[k]->store(true);
-        self->m_done[k]->notify_one();
-      }(this, i));
-    }
-  }
-  ~weft_asio_server() override {
-    m_stop.request_stop();  // ends the accept loops and every connection
-    for (auto& d : m_done) d->wait(false);
+    for (int i = 0; i < threads; ++i) m_loops.start(*m_io[i], weft_asio_accept(m_acceptors[i], m_counters));
   }
   unsigned short port() const override { return m_port; }
   const counters& stats() const override { return m_counters; }
 
  private:
   counters m_counters;
-  std::stop_source m_stop;
   std::vector<std::unique_ptr<weft::io::asio_executor>> m_io;
   std::vector<tcp::acceptor> m_acceptors;
-  std::vector<std::unique_ptr<std::atomic<bool>>> m_done;
   unsigned short m_port = 0;
+  accept_loops m_loops;  // last: stopped and joined first
 };
 
 // ---- weft tasks over io_uring: one uring_context per thread -----------------------------------
@@ -311,31 +330,17 @@ class weft_uring_server final : public server {
         throw std::system_error(ec, "weft-uring: listen");
       m_port = m_listeners[0]->local_endpoint().port();
     }
-    for (int i = 0; i < threads; ++i) {
-      m_done.push_back(std::make_unique<std::atomic<bool>>(false));
-      weft::post(*m_io[i], [](weft_uring_server* self, int k) -> weft::task<void> {
-        weft::scope root{self->m_stop.get_token()};
-        root.spawn(weft_uring_accept(*self->m_listeners[k], self->m_counters));
-        co_await root.join();
-        self->m_done[k]->store(true);
-        self->m_done[k]->notify_one();
-      }(this, i));
-    }
-  }
-  ~weft_uring_server() override {
-    m_stop.request_stop();
-    for (auto& d : m_done) d->wait(false);
+    for (int i = 0; i < threads; ++i) m_loops.start(*m_io[i], weft_uring_accept(*m_listeners[i], m_counters));
   }
   unsigned short port() const override { return m_port; }
   const counters& stats() const override { return m_counters; }
 
  private:
   counters m_counters;
-  std::stop_source m_stop;
   std::vector<std::unique_ptr<weft::io::uring_context>> m_io;
   std::vector<std::unique_ptr<weft::io::tcp_listener>> m_listeners;
-  std::vector<std::unique_ptr<std::atomic<bool>>> m_done;
   unsigned short m_port = 0;
+  accept_loops m_loops;  // last: stopped and joined first
 };
 
 // ---- nginx: the peer, as a child process ------------------------------------------------------

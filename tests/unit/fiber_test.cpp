@@ -316,6 +316,28 @@ __attribute__((noinline)) std::size_t recurse(std::size_t n) {
 }
 }  // namespace
 
+namespace {
+// Runs the fiber that spawn(pool) starts in a forked child process, on a fresh pool, and
+// requires the child to die of SIGSEGV (a guard region hit, not silent corruption).
+template <class Spawn>
+void expect_sigsegv_in_child(Spawn spawn) {
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    std::signal(SIGSEGV, SIG_DFL);  // Catch2's handler would report it as a failure
+    ::alarm(30);                     // bounded even if something goes badly wrong
+    weft::thread_pool p{{.threads = 1}};
+    auto h = spawn(p);
+    (void)join(p, std::move(h));
+    ::_exit(0);  // not reached: the guard stops the recursion
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  REQUIRE(WIFSIGNALED(status));
+  REQUIRE(WTERMSIG(status) == SIGSEGV);
+}
+}  // namespace
+
 TEST_CASE("a fiber's deep recursion within its stack works, overflow hits the guard page", "[fiber]") {
   weft::thread_pool pool{{.threads = 1}};
   // Well within a 1 MiB stack: ~100 frames of ~600 bytes.
@@ -325,21 +347,10 @@ TEST_CASE("a fiber's deep recursion within its stack works, overflow hits the gu
     SUCCEED("the overflow check is skipped under sanitizers (they handle SIGSEGV themselves)");
     return;
   }
-  const pid_t child = ::fork();
-  REQUIRE(child >= 0);
-  if (child == 0) {
-    std::signal(SIGSEGV, SIG_DFL);  // Catch2's handler would report it as a failure
-    ::alarm(30);                     // bounded even if something goes badly wrong
-    weft::thread_pool p{{.threads = 1}};
-    // 64 KiB stack, ~10,000 frames of 512+ bytes: far past the end.
-    auto h = weft::spawn_fiber([] { return recurse(10000); }, {.executor = &p});
-    (void)join(p, std::move(h));
-    ::_exit(0);  // not reached: the guard page stops the recursion
-  }
-  int status = 0;
-  REQUIRE(::waitpid(child, &status, 0) == child);
-  REQUIRE(WIFSIGNALED(status));
-  REQUIRE(WTERMSIG(status) == SIGSEGV);
+  // 64 KiB stack, ~10,000 frames of 512+ bytes: far past the end.
+  expect_sigsegv_in_child([](weft::thread_pool& p) {
+    return weft::spawn_fiber([] { return recurse(10000); }, {.executor = &p});
+  });
 }
 
 namespace {
@@ -366,20 +377,9 @@ TEST_CASE("fiber_options::guard_size: a guard larger than the biggest frame catc
     SUCCEED("the overflow check is skipped under sanitizers (they handle SIGSEGV themselves)");
     return;
   }
-  const pid_t child = ::fork();
-  REQUIRE(child >= 0);
-  if (child == 0) {
-    std::signal(SIGSEGV, SIG_DFL);
-    ::alarm(30);
-    weft::thread_pool p{{.threads = 1}};
-    // 64 KiB of stack, 16 KiB frames: the fifth lands in the 256 KiB guard, whose every
-    // byte is inaccessible, wherever in it the frame's first access falls.
-    auto h = weft::spawn_fiber([] { return recurse_big(64); }, {.executor = &p, .guard_size = 256 * 1024});
-    (void)join(p, std::move(h));
-    ::_exit(0);  // not reached
-  }
-  int status = 0;
-  REQUIRE(::waitpid(child, &status, 0) == child);
-  REQUIRE(WIFSIGNALED(status));
-  REQUIRE(WTERMSIG(status) == SIGSEGV);
+  // 64 KiB of stack, 16 KiB frames: the fifth lands in the 256 KiB guard, whose every
+  // byte is inaccessible, wherever in it the frame's first access falls.
+  expect_sigsegv_in_child([](weft::thread_pool& p) {
+    return weft::spawn_fiber([] { return recurse_big(64); }, {.executor = &p, .guard_size = 256 * 1024});
+  });
 }
