@@ -240,9 +240,10 @@ weft::task<void> serve(tcp_listener& l, std::atomic<int>& live, std::atomic<int>
 
 // The client side of the shutdown tests: opens `conns` connections to `ep` (into
 // `clients`), waits until the server counted them all `live` (60 s at most), then
-// stops the server as SIGINT's handler would; returns when it asked.
-std::chrono::steady_clock::time_point connect_then_stop(const endpoint& ep, int conns, const std::atomic<int>& live,
-                                                       std::vector<int>& clients, std::stop_source& shutdown) {
+// stops the server as SIGINT's handler would, noting when in `asked` first (the stop
+// publishes it to whoever sees the stop).
+void connect_then_stop(const endpoint& ep, int conns, const std::atomic<int>& live, std::vector<int>& clients,
+                       std::stop_source& shutdown, std::chrono::steady_clock::time_point& asked) {
   for (int i = 0; i < conns; ++i) {
     const int c = connect_plain(ep);
     if (c >= 0) clients.push_back(c);
@@ -251,9 +252,8 @@ std::chrono::steady_clock::time_point connect_then_stop(const endpoint& ep, int 
   while (live.load(std::memory_order_relaxed) < static_cast<int>(clients.size()) &&
          std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(1ms);
-  const auto asked = std::chrono::steady_clock::now();
+  asked = std::chrono::steady_clock::now();
   shutdown.request_stop();
-  return asked;
 }
 
 }  // namespace
@@ -278,7 +278,7 @@ TEST_CASE("uring stop: a server of thousands of live connections shuts down thro
     tcp_listener l(*io);
     REQUIRE_FALSE(l.listen(endpoint::loopback(0), 4096));
     const endpoint ep = l.local_endpoint();
-    std::thread driver([&] { asked = connect_then_stop(ep, conns, live, clients, shutdown); });
+    std::thread driver([&] { connect_then_stop(ep, conns, live, clients, shutdown, asked); });
     weft::sync_wait(*io, [&]() -> weft::task<void> {
       weft::scope root{shutdown.get_token()};
       root.spawn(serve(l, live, cancelled_reads, accept_cancelled));
@@ -321,7 +321,7 @@ TEST_CASE("uring stop: the same server on one loop per core (reuse_port) shuts d
     const endpoint ep = l0.local_endpoint();
     REQUIRE_FALSE(l1.listen(ep, {.backlog = 4096, .reuse_port = true}));
     tcp_listener* listeners[2] = {&l0, &l1};
-    std::thread driver([&] { asked = connect_then_stop(ep, conns, live, clients, shutdown); });
+    std::thread driver([&] { connect_then_stop(ep, conns, live, clients, shutdown, asked); });
     // One accept loop per loop thread, all children of one scope: one token stops both.
     weft::sync_wait(*io0, [&]() -> weft::task<void> {
       weft::scope root{shutdown.get_token()};
