@@ -164,11 +164,14 @@ class pinned {
 };
 
 /// The stop protocol of an Asio operation watched by a std::stop_token, for a `Sink`
-/// (the operation object) whose I/O executor is an `Executor`. Everything but the
-/// callback runs on the operation's I/O thread, where Asio's cancellation must be
-/// emitted: the callback (on the requesting thread) only posts emit() there. The sink
-/// resumes its task once the operation completed and, when emit() was posted, once it
-/// ran too (it uses the sink).
+/// (the awaitable: async_op, with_cancel's, with_timeout's) whose I/O executor is an
+/// `Executor`. Everything but the callback runs on the operation's I/O thread, where
+/// Asio's cancellation must be emitted: the callback (on the requesting thread) only
+/// posts emit() there, which calls sink.on_stop() (emit_terminal(), or the sink's own
+/// signal) unless the operation completed meanwhile. The sink resumes its task once
+/// the operation completed and, when emit() was posted, once it ran too (it uses the
+/// sink): then emit() calls sink.resume_after_stop(). The sink provides has_completed(),
+/// on_stop() and resume_after_stop().
 template <class Sink, class Executor>
 class stop_relay {
  public:
@@ -177,8 +180,10 @@ class stop_relay {
   /// On the I/O thread, after the operation started: listens to the token (runs the
   /// callback at once when it is stopped already).
   void listen(Sink& sink) { m_callback.emplace(m_token, fire{this, &sink}); }
-  /// The slot the operation's handler exposes to Asio.
+  /// The relay's own slot, for a sink that has none (see emit_terminal).
   asio::cancellation_slot slot() noexcept { return m_signal.slot(); }
+  /// Emits terminal cancellation into slot() (on the I/O thread).
+  void emit_terminal() { m_signal.emit(asio::cancellation_type::terminal); }
   /// On the I/O thread, when the operation completed: stops listening; true when the
   /// sink may resume its task now (else emit() will, once it ran).
   bool completed() noexcept {
@@ -204,7 +209,7 @@ class stop_relay {
     if (sink.has_completed()) {
       sink.resume_after_stop();  // completed meanwhile and waited for this
     } else {
-      m_signal.emit(asio::cancellation_type::terminal);
+      sink.on_stop();
     }
   }
 
@@ -300,6 +305,10 @@ class [[nodiscard]] async_op {
   /// Not API: stop relay protocol: resumes the task after a completion that waited for
   /// the relay's emit().
   void resume_after_stop() noexcept { m_waiter.resume(); }
+  /// Not API: stop relay protocol: cancels the operation through the relay's slot.
+  void on_stop() {
+    if constexpr (k_watchable) m_relay->emit_terminal();
+  }
 
  private:
   static constexpr bool k_watchable = detail::has_io_executor<Initiation>;

@@ -9,11 +9,12 @@
 //
 // Both run the operation with an Asio cancellation slot of their own and emit terminal
 // cancellation into it, always on the operation's I/O thread (Asio's cancellation is
-// single-threaded). The task resumes once the operation completed (and, for
-// with_timeout, once its timer's handler ran too), on the executor it awaited from.
+// single-threaded). A token (with_cancel's, or for with_timeout the awaiting task's) is
+// watched through detail::stop_relay (weft/io/use_task.hpp), as use_task itself does.
+// The task resumes once the operation completed (and, for with_timeout, once its
+// timer's handler ran too), on the executor it awaited from.
 #pragma once
 
-#include <atomic>
 #include <chrono>
 #include <coroutine>
 #include <optional>
@@ -26,7 +27,6 @@
 #include <asio/cancellation_signal.hpp>
 #include <asio/dispatch.hpp>
 #include <asio/error.hpp>
-#include <asio/post.hpp>
 #include <asio/steady_timer.hpp>
 
 #include "weft/io/cancel.hpp"
@@ -85,22 +85,22 @@ class [[nodiscard]] timeout_op {
   void complete(Args... args) {
     m_values.emplace(std::move(args)...);
     m_timer->cancel();
-    // Unregistering waits for a stop callback running on another thread; if it posted
-    // stop_emit(), that must run before this object may go: one more to wait for.
-    m_callback.reset();
-    if (m_stop_fired.load(std::memory_order_acquire) && !m_stop_emit_ran) ++m_pending;
+    if (m_relay && !m_relay->completed()) ++m_pending;  // the relay's posted stop must run first
     done_one();
+  }
+  /// Not API: stop relay protocol (detail::stop_relay, on the I/O thread).
+  bool has_completed() const noexcept { return m_values.has_value(); }
+  /// Not API: stop relay protocol: the relay's posted stop ran after the completion.
+  void resume_after_stop() noexcept { done_one(); }
+  /// Not API: stop relay protocol: the task's token was stopped; cancel through the
+  /// timer's signal unless the timer did already.
+  void on_stop() {
+    if (!m_fired) m_signal.emit(asio::cancellation_type::terminal);
   }
 
  private:
-  // On the requesting thread: hand the stop to the I/O thread.
-  struct fire {
-    timeout_op* m_self;
-    void operator()() const noexcept {
-      m_self->m_stop_fired.store(true, std::memory_order_release);  // pairs with complete()
-      asio::post(m_self->m_op.io_executor(), [self = m_self] { self->stop_emit(); });
-    }
-  };
+  using relay_type = detail::stop_relay<timeout_op, std::decay_t<decltype(std::declval<Op&>().io_executor())>>;
+
   void begin() {
     m_pending = 2;
     m_timer.emplace(m_op.io_executor(), m_duration);
@@ -112,12 +112,10 @@ class [[nodiscard]] timeout_op {
       done_one();
     });
     m_op.start(*this);
-    if (m_token.stop_possible()) m_callback.emplace(m_token, fire{this});  // runs fire at once if stopped
-  }
-  void stop_emit() {  // on the I/O thread
-    m_stop_emit_ran = true;
-    if (m_values) done_one();  // completed meanwhile and waited for this
-    else if (!m_fired) m_signal.emit(asio::cancellation_type::terminal);
+    if (m_token.stop_possible()) {
+      m_relay.emplace(std::move(m_token), m_op.io_executor());
+      m_relay->listen(*this);  // runs the stop at once (posted) if already requested
+    }
   }
   void done_one() {
     if (--m_pending == 0) m_waiter.resume();
@@ -131,10 +129,8 @@ class [[nodiscard]] timeout_op {
   asio::cancellation_signal m_signal;
   int m_pending = 0;
   bool m_fired = false;  // the timer cancelled the operation
-  std::stop_token m_token;  // the awaiting task's, when it can be stopped
-  detail::pinned<std::stop_callback<fire>> m_callback;
-  std::atomic<bool> m_stop_fired{false};
-  bool m_stop_emit_ran = false;
+  std::stop_token m_token;         // the awaiting task's, when it can be stopped
+  detail::pinned<relay_type> m_relay;  // watches m_token while the operation runs
 };
 
 /// Runs `op` (an Asio operation with use_task whose first completion value is an
@@ -176,49 +172,35 @@ class [[nodiscard]] cancel_op {
   typename traits::result_type await_resume() { return traits::take(std::move(*m_values)); }
 
   /// Not API: sink protocol (on the I/O thread): the slot a cancellation goes through.
-  asio::cancellation_slot cancellation_slot() noexcept { return m_signal.slot(); }
+  asio::cancellation_slot cancellation_slot() noexcept { return m_relay->slot(); }
   /// Not API: sink protocol (on the I/O thread): stores the values, stops listening.
   template <class... Args>
   void complete(Args... args) {
     m_values.emplace(std::move(args)...);
-    // Unregistering waits for a callback running on another thread; afterwards m_fired
-    // tells whether it posted emit(), which must run before this object may go.
-    m_callback.reset();
-    const bool posted = m_fired.load(std::memory_order_acquire);  // pairs with the release in fire
-    if (!posted || m_emit_ran) m_waiter.resume();
+    if (m_relay->completed()) m_waiter.resume();  // else the relay's posted stop resumes
   }
+  /// Not API: stop relay protocol (detail::stop_relay, on the I/O thread).
+  bool has_completed() const noexcept { return m_values.has_value(); }
+  /// Not API: stop relay protocol: the relay's posted stop ran after the completion.
+  void resume_after_stop() noexcept { m_waiter.resume(); }
+  /// Not API: stop relay protocol: cancels the operation through the relay's slot.
+  void on_stop() { m_relay->emit_terminal(); }
 
  private:
-  // On the requesting thread (or inline in begin() when already stopped): hand the
-  // request to the I/O thread.
-  struct fire {
-    cancel_op* m_self;
-    void operator()() const noexcept {
-      m_self->m_fired.store(true, std::memory_order_release);
-      asio::post(m_self->m_op.io_executor(), [self = m_self] { self->emit(); });
-    }
-  };
+  using relay_type = detail::stop_relay<cancel_op, std::decay_t<decltype(std::declval<Op&>().io_executor())>>;
+
   void begin() {
+    const bool watch = m_token.stop_possible();
+    m_relay.emplace(std::move(m_token), m_op.io_executor());  // before start: the slot is its
     m_op.start(*this);
-    if (m_token.stop_possible()) m_callback.emplace(m_token, fire{this});  // runs fire at once if stopped
-  }
-  void emit() {  // on the I/O thread
-    m_emit_ran = true;
-    if (m_values) {
-      m_waiter.resume();  // completed meanwhile and waited for this
-    } else {
-      m_signal.emit(asio::cancellation_type::terminal);
-    }
+    if (watch) m_relay->listen(*this);  // runs the stop at once (posted) if already requested
   }
 
   Op m_op;
-  std::stop_token m_token;
-  std::optional<std::stop_callback<fire>> m_callback;
-  std::atomic<bool> m_fired{false};
+  std::stop_token m_token;  // until begin() hands it to the relay
   detail::waiter m_waiter;
   std::optional<typename traits::values_type> m_values;
-  asio::cancellation_signal m_signal;
-  bool m_emit_ran = false;
+  detail::pinned<relay_type> m_relay;  // from begin(): the operation's slot, and the token's watch
 };
 
 /// Runs `op` (an Asio operation with use_task) until it completes or a stop is
