@@ -21,8 +21,8 @@
 #include <string>
 #include <vector>
 
-#include <asio/experimental/as_tuple.hpp>
 #include <asio/co_spawn.hpp>
+#include <asio/experimental/as_tuple.hpp>
 #include <asio/experimental/concurrent_channel.hpp>
 #include <asio/thread_pool.hpp>
 #include <asio/use_awaitable.hpp>
@@ -47,9 +47,7 @@ struct tally {
 std::uint64_t sides(int threads) { return static_cast<std::uint64_t>(std::max(1, threads / 2)); }
 
 /// Producer i of p pushes [base(i), base(i + 1)).
-std::uint64_t share_begin(std::uint64_t n, std::uint64_t p, std::uint64_t i) {
-  return n / p * i + std::min(i, n % p);
-}
+std::uint64_t share_begin(std::uint64_t n, std::uint64_t p, std::uint64_t i) { return n / p * i + std::min(i, n % p); }
 
 // ---- weft -------------------------------------------------------------------------
 
@@ -137,8 +135,8 @@ tally run_asio(int threads, std::uint64_t n) {
   for (std::uint64_t i = 0; i < c; ++i) consumers.push_back(asio::co_spawn(pool, asio_consumer(ch), asio::use_future));
   std::vector<std::future<void>> producers;
   for (std::uint64_t i = 0; i < p; ++i)
-    producers.push_back(asio::co_spawn(
-        pool, asio_producer(ch, share_begin(n, p, i), share_begin(n, p, i + 1)), asio::use_future));
+    producers.push_back(
+        asio::co_spawn(pool, asio_producer(ch, share_begin(n, p, i), share_begin(n, p, i + 1)), asio::use_future));
   for (auto& f : producers) f.get();
   asio::co_spawn(pool, asio_send_ends(ch, c), asio::use_future).get();
   tally total;
@@ -155,19 +153,21 @@ const weft_bench::workload<tally> k_channel{
     .size_meaning = "elements pushed through the channel; >= 1",
     .default_size = 10'000'000,
     .size_ok = [](std::uint64_t n) { return n >= 1 && n <= (std::uint64_t{1} << 32); },
-    .check = [](std::uint64_t n, const tally& got) {
-      if (got.count != n)
-        return weft_bench::verdict{false, 0, "pulled " + std::to_string(got.count) + " elements, expected " +
-                                                 std::to_string(n)};
-      return weft_bench::expect_equal(got.sum, n * (n - 1) / 2);
-    },
-    .flavors = {
-        {"mt", [](int t, std::uint64_t n) { return run_weft(t, n, weft_channel::unbounded); }},
-        {"mt-bounded", [](int t, std::uint64_t n) { return run_weft(t, n, k_bounded_capacity); }},
-        {"st", [](int, std::uint64_t n) { return run_weft_st(n, weft_channel::unbounded); }},
-        {"st-bounded", [](int, std::uint64_t n) { return run_weft_st(n, k_bounded_capacity); }},
-        {"asio", run_asio},
-    },
+    .check =
+        [](std::uint64_t n, const tally& got) {
+          if (got.count != n)
+            return weft_bench::verdict{
+                false, 0, "pulled " + std::to_string(got.count) + " elements, expected " + std::to_string(n)};
+          return weft_bench::expect_equal(got.sum, n * (n - 1) / 2);
+        },
+    .flavors =
+        {
+            {"mt", [](int t, std::uint64_t n) { return run_weft(t, n, weft_channel::unbounded); }},
+            {"mt-bounded", [](int t, std::uint64_t n) { return run_weft(t, n, k_bounded_capacity); }},
+            {"st", [](int, std::uint64_t n) { return run_weft_st(n, weft_channel::unbounded); }},
+            {"st-bounded", [](int, std::uint64_t n) { return run_weft_st(n, k_bounded_capacity); }},
+            {"asio", run_asio},
+        },
 };
 
 }  // namespace

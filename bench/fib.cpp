@@ -7,8 +7,8 @@
 #include <tbb/task_group.h>
 
 #include "common/driver.hpp"
-#include "common/fib.hpp"
 #include "common/executors.hpp"
+#include "common/fib.hpp"
 #include "common/gs.hpp"
 
 namespace {
@@ -68,20 +68,20 @@ const weft_bench::workload<std::uint64_t> k_fib{
     .size_meaning = "n, computes fib(n); 1..90",
     .default_size = 39,
     .size_ok = [](std::uint64_t n) { return n >= 1 && n <= 90; },
-    .check = [](std::uint64_t n, const std::uint64_t& got) {
-      return weft_bench::expect_equal(got, fib_answer(n));
-    },
-    .flavors = {
-        {"seq", [](int, std::uint64_t n) { return fib_seq(n); }},
-        {"fj", [](int t, std::uint64_t n) { return weft::sync_wait(weft_bench::weft_pool(t), fib_fj(n)); }},
-        {"gs", fib_gs},
-        {"tbb", [](int t, std::uint64_t n) {
-           std::uint64_t r = 0;
-           tbb_arena(t).execute([&r, n] { r = fib_tbb(n); });
-           return r;
-         }},
-        {"omp", [](int t, std::uint64_t n) { return weft_bench::omp_root(t, [n] { return fib_omp(n); }); }},
-    },
+    .check = [](std::uint64_t n, const std::uint64_t& got) { return weft_bench::expect_equal(got, fib_answer(n)); },
+    .flavors =
+        {
+            {"seq", [](int, std::uint64_t n) { return fib_seq(n); }},
+            {"fj", [](int t, std::uint64_t n) { return weft::sync_wait(weft_bench::weft_pool(t), fib_fj(n)); }},
+            {"gs", fib_gs},
+            {"tbb",
+             [](int t, std::uint64_t n) {
+               std::uint64_t r = 0;
+               tbb_arena(t).execute([&r, n] { r = fib_tbb(n); });
+               return r;
+             }},
+            {"omp", [](int t, std::uint64_t n) { return weft_bench::omp_root(t, [n] { return fib_omp(n); }); }},
+        },
 };
 
 }  // namespace

@@ -17,8 +17,8 @@
 #include <utility>
 
 #include "common/driver.hpp"
-#include "common/fib.hpp"
 #include "common/executors.hpp"
+#include "common/fib.hpp"
 
 namespace {
 
@@ -111,38 +111,47 @@ const weft_bench::workload<answer> k_fiber_switch{
     .size_meaning = "n: fib flavors compute fib(n), switch flavors do n * 100,000 round trips; 1..60",
     .default_size = 30,
     .size_ok = [](std::uint64_t n) { return n >= 1 && n <= 60; },
-    .check = [](std::uint64_t n, const answer& got) {
-      return weft_bench::expect_equal(got.value, got.what == kind::fib ? fib_answer(n) : n * k_trips_per_n);
-    },
-    .flavors = {
-        {"task", [](int t, std::uint64_t n) {
-           auto& pool = weft_bench::weft_pool(t);
-           return timed_trips(n * k_trips_per_n, [&] { return weft::sync_wait(pool, task_trips(n * k_trips_per_n)); });
-         }},
-        {"fiber", [](int t, std::uint64_t n) {
-           auto& pool = weft_bench::weft_pool(t);
-           return timed_trips(n * k_trips_per_n,
-                              [&] { return on_fiber(pool, [n] { return fiber_trips(n * k_trips_per_n); }); });
-         }},
-        {"task-queue", [](int t, std::uint64_t n) {
-           auto& pool = weft_bench::weft_pool(t);
-           return timed_trips(n * k_trips_per_n,
-                              [&] { return weft::sync_wait(pool, task_queue_trips(pool, n * k_trips_per_n)); });
-         }},
-        {"fiber-queue", [](int t, std::uint64_t n) {
-           auto& pool = weft_bench::weft_pool(t);
-           return timed_trips(n * k_trips_per_n, [&] {
-             return on_fiber(pool, [&pool, n] { return fiber_queue_trips(pool, n * k_trips_per_n); });
-           });
-         }},
-        {"fib-fj", [](int t, std::uint64_t n) {
-           return answer{kind::fib, weft::sync_wait(weft_bench::weft_pool(t), fib_fj(n))};
-         }},
-        {"fib-fiber", [](int t, std::uint64_t n) {
-           auto& pool = weft_bench::weft_pool(t);
-           return answer{kind::fib, on_fiber(pool, [n] { return fib_fiber(n); })};
-         }},
-    },
+    .check =
+        [](std::uint64_t n, const answer& got) {
+          return weft_bench::expect_equal(got.value, got.what == kind::fib ? fib_answer(n) : n * k_trips_per_n);
+        },
+    .flavors =
+        {
+            {"task",
+             [](int t, std::uint64_t n) {
+               auto& pool = weft_bench::weft_pool(t);
+               return timed_trips(n * k_trips_per_n,
+                                  [&] { return weft::sync_wait(pool, task_trips(n * k_trips_per_n)); });
+             }},
+            {"fiber",
+             [](int t, std::uint64_t n) {
+               auto& pool = weft_bench::weft_pool(t);
+               return timed_trips(n * k_trips_per_n,
+                                  [&] { return on_fiber(pool, [n] { return fiber_trips(n * k_trips_per_n); }); });
+             }},
+            {"task-queue",
+             [](int t, std::uint64_t n) {
+               auto& pool = weft_bench::weft_pool(t);
+               return timed_trips(n * k_trips_per_n,
+                                  [&] { return weft::sync_wait(pool, task_queue_trips(pool, n * k_trips_per_n)); });
+             }},
+            {"fiber-queue",
+             [](int t, std::uint64_t n) {
+               auto& pool = weft_bench::weft_pool(t);
+               return timed_trips(n * k_trips_per_n, [&] {
+                 return on_fiber(pool, [&pool, n] { return fiber_queue_trips(pool, n * k_trips_per_n); });
+               });
+             }},
+            {"fib-fj",
+             [](int t, std::uint64_t n) {
+               return answer{kind::fib, weft::sync_wait(weft_bench::weft_pool(t), fib_fj(n))};
+             }},
+            {"fib-fiber",
+             [](int t, std::uint64_t n) {
+               auto& pool = weft_bench::weft_pool(t);
+               return answer{kind::fib, on_fiber(pool, [n] { return fib_fiber(n); })};
+             }},
+        },
 };
 
 }  // namespace

@@ -417,7 +417,8 @@ class nginx_server final : public server {
         m_pid = -1;
         throw std::runtime_error("nginx exited at start (see its error log in " + m_dir.string() + ")");
       }
-      if (std::chrono::steady_clock::now() > deadline) throw std::runtime_error("nginx did not start listening in 10 s");
+      if (std::chrono::steady_clock::now() > deadline)
+        throw std::runtime_error("nginx did not start listening in 10 s");
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
   }
@@ -501,7 +502,8 @@ wrk_result run_wrk(unsigned short port, int connections, int seconds) {
       }
     } else if (first == "Non-2xx") {  // Non-2xx or 3xx responses: N
       std::string word;
-      while (words >> word) {}
+      while (words >> word) {
+      }
       r.non_2xx = std::stoull(word);
     } else if (l.find(" requests in ") != std::string::npos) {
       r.requests = std::stoull(first);
@@ -658,14 +660,15 @@ int main(int argc, char** argv) {
     std::printf("threads: %d\nconnections: %d\nruns:\n", o.threads, o.connections);
     for (const auto& r : runs) {
       total += r.requests;
-      std::printf("  - iteration_count: 1\n"
-                  "    duration: %lld us\n"
-                  "    max_rss: %ld KiB\n"
-                  "    requests_per_second: %.0f\n"
-                  "    latency_p50: %.0f us\n"
-                  "    latency_p99: %.0f us\n"
-                  "    errors: 0\n",
-                  static_cast<long long>(o.seconds) * 1'000'000, rss, r.requests_per_second, r.p50_us, r.p99_us);
+      std::printf(
+          "  - iteration_count: 1\n"
+          "    duration: %lld us\n"
+          "    max_rss: %ld KiB\n"
+          "    requests_per_second: %.0f\n"
+          "    latency_p50: %.0f us\n"
+          "    latency_p99: %.0f us\n"
+          "    errors: 0\n",
+          static_cast<long long>(o.seconds) * 1'000'000, rss, r.requests_per_second, r.p50_us, r.p99_us);
     }
     std::printf("output: %llu\n", static_cast<unsigned long long>(total));
     return 0;

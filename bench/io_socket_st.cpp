@@ -233,9 +233,7 @@ weft::task<std::uint64_t> weft_asio_client(weft::io::asio_executor& io, tcp::end
   co_return answered;
 }
 
-weft::task<void> deliver(weft::task<std::uint64_t> t, std::promise<std::uint64_t>& out) {
-  out.set_value(co_await t);
-}
+weft::task<void> deliver(weft::task<std::uint64_t> t, std::promise<std::uint64_t>& out) { out.set_value(co_await t); }
 
 answer run_weft_asio(int, std::uint64_t total) {
   static weft::io::asio_executor server, client;
@@ -329,16 +327,20 @@ const weft_bench::workload<answer> k_io_socket_st{
     .size_meaning = "requests in total, over --connections N connections (default 20)",
     .default_size = 100'000,
     .size_ok = [](std::uint64_t n) { return n >= 1 && n <= 1'000'000'000; },
-    .check = [](std::uint64_t n, const answer& a) {
-      if (a.served != n) return weft_bench::verdict{false, a.served, "server read " + std::to_string(a.served) +
-                                                                         " requests, expected " + std::to_string(n)};
-      return weft_bench::expect_equal(a.answered, n);
-    },
-    .flavors = {
-        {"asio", run_asio},
-        {"weft-asio", run_weft_asio},
-        {"weft-uring", run_weft_uring},
-    },
+    .check =
+        [](std::uint64_t n, const answer& a) {
+          if (a.served != n)
+            return weft_bench::verdict{
+                false, a.served,
+                "server read " + std::to_string(a.served) + " requests, expected " + std::to_string(n)};
+          return weft_bench::expect_equal(a.answered, n);
+        },
+    .flavors =
+        {
+            {"asio", run_asio},
+            {"weft-asio", run_weft_asio},
+            {"weft-uring", run_weft_uring},
+        },
 };
 
 }  // namespace

@@ -93,8 +93,7 @@ void wait_for(const std::atomic<std::uint64_t>& ran, std::uint64_t want) {
 }
 
 /// One background stream: ~1 us of work, then a fair yield through the queue.
-weft::task<void> busy_stream(weft::thread_pool& pool, const std::atomic<bool>& stop,
-                             std::atomic<int>& streams_left) {
+weft::task<void> busy_stream(weft::thread_pool& pool, const std::atomic<bool>& stop, std::atomic<int>& streams_left) {
   volatile std::uint64_t sink = 0;
   while (!stop.load(std::memory_order_relaxed)) {
     for (int i = 0; i < 300; ++i) sink = sink + static_cast<std::uint64_t>(i);
@@ -119,7 +118,8 @@ stats post_idle(weft::thread_pool& pool, std::size_t samples) {
     const clock_type::time_point t1{clock_type::duration{started_at.load(std::memory_order_relaxed)}};
     ns.push_back(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count());
   }
-  if (ran.load() != samples) throw failure{"post idle: " + std::to_string(ran.load()) + " of " + std::to_string(samples) + " ran"};
+  if (ran.load() != samples)
+    throw failure{"post idle: " + std::to_string(ran.load()) + " of " + std::to_string(samples) + " ran"};
   return summarize(ns);
 }
 
@@ -307,8 +307,8 @@ int main(int argc, char** argv) {
   weft_bench::print_report(opt, records, opt.size);
 
   // Medians over the runs of each figure.
-  std::printf("latency: %-24s %12s %12s %12s %9s  (ns; median of %d run(s))\n", "case", "p50", "p99", "mean",
-              "samples", opt.runs);
+  std::printf("latency: %-24s %12s %12s %12s %9s  (ns; median of %d run(s))\n", "case", "p50", "p99", "mean", "samples",
+              opt.runs);
   for (const auto& [name, first] : all.front()) {
     std::vector<double> p50, p99, mean;
     for (const auto& r : all) {

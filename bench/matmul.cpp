@@ -187,8 +187,8 @@ weft_bench::verdict check(std::uint64_t size, const matrix& c) {
   for (std::size_t k = 0; k < size * size; ++k) {
     if (c.data()[k] != n) {
       return {false, 0,
-              "C[" + std::to_string(k / size) + "][" + std::to_string(k % size) + "] = " +
-                  std::to_string(c.data()[k]) + ", expected " + std::to_string(n)};
+              "C[" + std::to_string(k / size) + "][" + std::to_string(k % size) + "] = " + std::to_string(c.data()[k]) +
+                  ", expected " + std::to_string(n)};
     }
   }
   return {true, size, {}};  // output: the value every cell holds
@@ -200,25 +200,24 @@ const weft_bench::workload<matrix> k_matmul{
     .default_size = 2048,
     .size_ok = [](std::uint64_t n) { return n >= 1 && n <= 8192 && (n & (n - 1)) == 0; },
     .check = check,
-    .flavors = {
-        {"seq", [](int, std::uint64_t n) { return multiply_ones(n, matmul_seq); }},
-        {"fj", [](int t, std::uint64_t n) {
-           return multiply_ones(n, [t](const product& p) {
-             weft::sync_wait(weft_bench::weft_pool(t), matmul_fj(p));
-           });
-         }},
-        {"gs", [](int t, std::uint64_t n) {
-           return multiply_ones(n, [t](const product& p) { matmul_gs(t, p); });
-         }},
-        {"tbb", [](int t, std::uint64_t n) {
-           return multiply_ones(n, [t](const product& p) { tbb_arena(t).execute([&p] { matmul_tbb(p); }); });
-         }},
-        {"omp", [](int t, std::uint64_t n) {
-           return multiply_ones(n, [t](const product& p) {
-             weft_bench::omp_root(t, [&p] { matmul_omp(p); });
-           });
-         }},
-    },
+    .flavors =
+        {
+            {"seq", [](int, std::uint64_t n) { return multiply_ones(n, matmul_seq); }},
+            {"fj",
+             [](int t, std::uint64_t n) {
+               return multiply_ones(n,
+                                    [t](const product& p) { weft::sync_wait(weft_bench::weft_pool(t), matmul_fj(p)); });
+             }},
+            {"gs", [](int t, std::uint64_t n) { return multiply_ones(n, [t](const product& p) { matmul_gs(t, p); }); }},
+            {"tbb",
+             [](int t, std::uint64_t n) {
+               return multiply_ones(n, [t](const product& p) { tbb_arena(t).execute([&p] { matmul_tbb(p); }); });
+             }},
+            {"omp",
+             [](int t, std::uint64_t n) {
+               return multiply_ones(n, [t](const product& p) { weft_bench::omp_root(t, [&p] { matmul_omp(p); }); });
+             }},
+        },
 };
 
 }  // namespace

@@ -20,8 +20,8 @@ using weft_bench::tbb_arena;
 constexpr int k_max_n = 14;
 using board = std::array<char, k_max_n>;  // board[r] = column of the queen in row r
 
-constexpr std::array<std::uint64_t, k_max_n + 1> k_solutions = {
-    1, 1, 0, 0, 2, 10, 4, 40, 92, 352, 724, 2'680, 14'200, 73'712, 365'596};
+constexpr std::array<std::uint64_t, k_max_n + 1> k_solutions = {1,  1,   0,   0,     2,      10,     4,      40,
+                                                                92, 352, 724, 2'680, 14'200, 73'712, 365'596};
 
 /// True when a queen at (row, col) is attacked by none of rows 0..row-1.
 bool fits(const board& b, int row, int col) {
@@ -140,24 +140,26 @@ const weft_bench::workload<std::uint64_t> k_nqueens{
     .size_meaning = "n, the board's side, 1..14",
     .default_size = 14,
     .size_ok = [](std::uint64_t n) { return n >= 1 && n <= k_max_n; },
-    .check = [](std::uint64_t n, const std::uint64_t& got) {
-      return weft_bench::expect_equal(got, k_solutions[n]);
-    },
-    .flavors = {
-        {"seq", [](int, std::uint64_t n) -> std::uint64_t { return nqueens_seq(int(n), 0, {}); }},
-        {"fj", [](int t, std::uint64_t n) -> std::uint64_t {
-           return weft::sync_wait(weft_bench::weft_pool(t), nqueens_fj(int(n), 0, {}));
-         }},
-        {"gs", nqueens_gs},
-        {"tbb", [](int t, std::uint64_t n) -> std::uint64_t {
-           int r = 0;
-           tbb_arena(t).execute([&r, n] { r = nqueens_tbb(int(n), 0, {}); });
-           return r;
-         }},
-        {"omp", [](int t, std::uint64_t n) -> std::uint64_t {
-           return weft_bench::omp_root(t, [n] { return nqueens_omp(int(n), 0, {}); });
-         }},
-    },
+    .check = [](std::uint64_t n, const std::uint64_t& got) { return weft_bench::expect_equal(got, k_solutions[n]); },
+    .flavors =
+        {
+            {"seq", [](int, std::uint64_t n) -> std::uint64_t { return nqueens_seq(int(n), 0, {}); }},
+            {"fj",
+             [](int t, std::uint64_t n) -> std::uint64_t {
+               return weft::sync_wait(weft_bench::weft_pool(t), nqueens_fj(int(n), 0, {}));
+             }},
+            {"gs", nqueens_gs},
+            {"tbb",
+             [](int t, std::uint64_t n) -> std::uint64_t {
+               int r = 0;
+               tbb_arena(t).execute([&r, n] { r = nqueens_tbb(int(n), 0, {}); });
+               return r;
+             }},
+            {"omp",
+             [](int t, std::uint64_t n) -> std::uint64_t {
+               return weft_bench::omp_root(t, [n] { return nqueens_omp(int(n), 0, {}); });
+             }},
+        },
 };
 
 }  // namespace

@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "common/driver.hpp"
-#include "common/fib.hpp"
 #include "common/executors.hpp"
+#include "common/fib.hpp"
 
 namespace {
 
@@ -115,13 +115,12 @@ const weft_bench::workload<std::uint64_t> k_priority{
     .size_meaning = "n of the low-priority fib(n) that saturates the pool; 10..60",
     .default_size = 39,
     .size_ok = [](std::uint64_t n) { return n >= 10 && n <= 60; },
-    .check = [](std::uint64_t n, const std::uint64_t& got) {
-      return weft_bench::expect_equal(got, fib_answer(n));
-    },
-    .flavors = {
-        {"levels1", [](int t, std::uint64_t n) { return run_with_probes(t, n, 1); }},
-        {"levels2", [](int t, std::uint64_t n) { return run_with_probes(t, n, 2); }},
-    },
+    .check = [](std::uint64_t n, const std::uint64_t& got) { return weft_bench::expect_equal(got, fib_answer(n)); },
+    .flavors =
+        {
+            {"levels1", [](int t, std::uint64_t n) { return run_with_probes(t, n, 1); }},
+            {"levels2", [](int t, std::uint64_t n) { return run_with_probes(t, n, 2); }},
+        },
 };
 
 }  // namespace

@@ -38,9 +38,7 @@ std::uint64_t skynet_tbb(std::uint64_t first, std::uint64_t leaves) {
   for (int i = 0; i < k_fanout - 1; ++i) {
     g.run([&parts, i, first, step] { parts[i] = skynet_tbb(first + i * step, step); });
   }
-  g.run_and_wait([&parts, first, step] {
-    parts[k_fanout - 1] = skynet_tbb(first + (k_fanout - 1) * step, step);
-  });
+  g.run_and_wait([&parts, first, step] { parts[k_fanout - 1] = skynet_tbb(first + (k_fanout - 1) * step, step); });
   return sum(parts);
 }
 
@@ -85,20 +83,21 @@ const weft_bench::workload<std::uint64_t> k_skynet{
     .size_meaning = "number of leaves, a power of 10 from 10 to 10^10",
     .default_size = 100'000'000,
     .size_ok = [](std::uint64_t n) { return n >= 10 && n <= 10'000'000'000 && power_of_ten(n); },
-    .check = [](std::uint64_t leaves, const std::uint64_t& got) {
-      return weft_bench::expect_equal(got, leaves * (leaves - 1) / 2);
-    },
-    .flavors = {
-        {"seq", [](int, std::uint64_t n) { return skynet_seq(0, n); }},
-        {"fj", [](int t, std::uint64_t n) { return weft::sync_wait(weft_bench::weft_pool(t), skynet_fj(0, n)); }},
-        {"gs", skynet_gs},
-        {"tbb", [](int t, std::uint64_t n) {
-           std::uint64_t r = 0;
-           tbb_arena(t).execute([&r, n] { r = skynet_tbb(0, n); });
-           return r;
-         }},
-        {"omp", [](int t, std::uint64_t n) { return weft_bench::omp_root(t, [n] { return skynet_omp(0, n); }); }},
-    },
+    .check = [](std::uint64_t leaves,
+                const std::uint64_t& got) { return weft_bench::expect_equal(got, leaves * (leaves - 1) / 2); },
+    .flavors =
+        {
+            {"seq", [](int, std::uint64_t n) { return skynet_seq(0, n); }},
+            {"fj", [](int t, std::uint64_t n) { return weft::sync_wait(weft_bench::weft_pool(t), skynet_fj(0, n)); }},
+            {"gs", skynet_gs},
+            {"tbb",
+             [](int t, std::uint64_t n) {
+               std::uint64_t r = 0;
+               tbb_arena(t).execute([&r, n] { r = skynet_tbb(0, n); });
+               return r;
+             }},
+            {"omp", [](int t, std::uint64_t n) { return weft_bench::omp_root(t, [n] { return skynet_omp(0, n); }); }},
+        },
 };
 
 }  // namespace

@@ -43,11 +43,11 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include <boost/context/detail/fcontext.hpp>
+#include <cxxabi.h>
 #include <algorithm>
+#include <boost/context/detail/fcontext.hpp>
 #include <cerrno>
 #include <cstdio>
-#include <cxxabi.h>
 #include <stdexcept>
 #include <string>
 #include <system_error>
@@ -146,14 +146,15 @@ thread_local stack_cache t_stacks;
 /// new mapping.
 void* map_stack(std::size_t bytes, std::size_t guard) {
   if (void* base = t_stacks.take(bytes, guard)) return base;
-  void* base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK | MAP_NORESERVE,
-                      -1, 0);
+  void* base =
+      ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK | MAP_NORESERVE, -1, 0);
   if (base == MAP_FAILED)
     throw std::system_error(errno, std::system_category(), "weft::spawn_fiber: cannot map a fiber stack");
   if (::mprotect(base, guard, PROT_NONE) != 0) {
     const int err = errno;
     ::munmap(base, bytes);
-    throw std::system_error(err, std::system_category(), "weft::spawn_fiber: cannot protect a fiber stack's guard page");
+    throw std::system_error(err, std::system_category(),
+                            "weft::spawn_fiber: cannot protect a fiber stack's guard page");
   }
   return base;
 }

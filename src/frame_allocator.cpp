@@ -87,9 +87,9 @@ void acquire_stack(frame_cache& c) noexcept {
   }
   // Address space only: pages become resident as frames reach them. No huge pages: one
   // would make the first frame cost 2 MiB of RSS per thread.
-  void* const block = ::mmap(nullptr, k_frame_stack_bytes, PROT_READ | PROT_WRITE,
-                             MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (block == MAP_FAILED) return;  // no stack; every frame comes from the free lists
+  void* const block =
+      ::mmap(nullptr, k_frame_stack_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (block == MAP_FAILED) return;                         // no stack; every frame comes from the free lists
   ::madvise(block, k_frame_stack_bytes, MADV_NOHUGEPAGE);  // advice only: failure is harmless
   frame_stack_init(c.m_stack, block, k_frame_stack_bytes);
 }
@@ -131,7 +131,7 @@ void* allocate_frame_slow(std::size_t cls) {
   if (!c.m_stack_tried && c.m_state == 1) acquire_stack(c);
   const std::size_t size = (cls + 1) * k_frame_granule;
   if (void* p = frame_stack_push(c.m_stack, size)) return p;  // the thread's first frame
-  frame_stack_trim(c.m_stack);  // full: frames at the top may have been freed elsewhere
+  frame_stack_trim(c.m_stack);                                // full: frames at the top may have been freed elsewhere
   if (void* p = frame_stack_push(c.m_stack, size)) return p;
   if (frame_node* f = c.m_free[cls]) {
     c.m_free[cls] = f->m_next;

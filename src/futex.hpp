@@ -31,6 +31,8 @@ inline void futex_wait(const std::atomic<std::uint32_t>& word, std::uint32_t exp
 }
 
 /// Wakes one thread sleeping in futex_wait on an atomic word.
-inline void futex_wake_one(std::atomic<std::uint32_t>& word) noexcept { futex_wake(static_cast<const void*>(&word), 1); }
+inline void futex_wake_one(std::atomic<std::uint32_t>& word) noexcept {
+  futex_wake(static_cast<const void*>(&word), 1);
+}
 
 }  // namespace weft::detail

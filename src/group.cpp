@@ -49,8 +49,8 @@
 
 #include "futex.hpp"
 #include "group_impl.hpp"
-#include "weft/detail/spin_lock.hpp"
 #include "weft/config.hpp"
+#include "weft/detail/spin_lock.hpp"
 #include "weft/group.hpp"
 #include "weft/pool.hpp"
 #include "weft/task.hpp"
@@ -63,8 +63,8 @@ static_assert(std::endian::native == std::endian::little, "the barrier futex is 
 
 namespace {
 
-constexpr unsigned k_spins = 2048;       // pause rounds before yielding
-constexpr unsigned k_yields = 64;        // sched_yield rounds before sleeping
+constexpr unsigned k_spins = 2048;        // pause rounds before yielding
+constexpr unsigned k_yields = 64;         // sched_yield rounds before sleeping
 constexpr unsigned k_patience = k_spins;  // before taking over a member a queued runner would run
 constexpr std::size_t k_default_stack = WEFT_SANITIZED ? (std::size_t{1} << 20) : (std::size_t{256} << 10);
 
@@ -79,8 +79,7 @@ void futex_wait_high(group_state& s, std::uint32_t expected) noexcept {
 
 void wake_sleepers(group_state& s) noexcept {
   // seq_cst: pairs with the sleeper's seq_cst increment and re-read in backoff().
-  if (s.m_sleepers.load(std::memory_order_seq_cst) != 0)
-    futex_wake(futex_word(s), INT_MAX);
+  if (s.m_sleepers.load(std::memory_order_seq_cst) != 0) futex_wake(futex_word(s), INT_MAX);
 }
 
 }  // namespace
@@ -94,8 +93,7 @@ void backoff(group_state& s, std::uint64_t w, unsigned& spins, bool may_sleep) n
   } else {
     const auto high = static_cast<std::uint32_t>(w >> 32);
     s.m_sleepers.fetch_add(1, std::memory_order_seq_cst);
-    if (static_cast<std::uint32_t>(s.m_barrier.load(std::memory_order_seq_cst) >> 32) == high)
-      futex_wait_high(s, high);
+    if (static_cast<std::uint32_t>(s.m_barrier.load(std::memory_order_seq_cst) >> 32) == high) futex_wait_high(s, high);
     s.m_sleepers.fetch_sub(1, std::memory_order_relaxed);
   }
 }
@@ -140,7 +138,6 @@ void drop(group_state& s) noexcept {
   } while (!s.m_barrier.compare_exchange_weak(w, nw, std::memory_order_acq_rel, std::memory_order_relaxed));
   if (arrived_of(nw) != 0 && arrived_of(nw) == expected_of(nw)) (void)complete_phase(s, true);
 }
-
 
 /// Waits (switching to local fibers, starting unclaimed members) until `phase` passed.
 void wait_phase(group_state& s, exec_context& ctx, std::uint16_t phase, bool cancellable) {
@@ -244,9 +241,7 @@ namespace {
 struct runner_task {
   struct promise_type {
     std::coroutine_handle<> m_next;
-    runner_task get_return_object() noexcept {
-      return {std::coroutine_handle<promise_type>::from_promise(*this)};
-    }
+    runner_task get_return_object() noexcept { return {std::coroutine_handle<promise_type>::from_promise(*this)}; }
     std::suspend_always initial_suspend() const noexcept { return {}; }
     auto final_suspend() const noexcept {
       struct hand_on {
@@ -411,7 +406,7 @@ bool start_group(group_state& s, const group_plan& plan, std::coroutine_handle<>
     for (std::uint32_t i = 0; i < missing; ++i) release(s);
     posted = queued;
   }
-  if (!inline_runner) return true;  // the last member resumes `awaiting`; touch nothing
+  if (!inline_runner) return true;        // the last member resumes `awaiting`; touch nothing
   if (posted != 0) ex.before_blocking();  // this worker is busy now: let thieves see the runners
 
   const unsigned saved = t_prio;

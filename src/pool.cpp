@@ -22,8 +22,7 @@ pool_impl::pool_impl(thread_pool& owner, const pool_options& opts) : m_owner(own
     throw std::invalid_argument("weft::thread_pool: pool_options::spins must be in 0.." + std::to_string(k_max_spins) +
                                 " (got " + std::to_string(opts.spins) + ")");
   m_workers.reserve(opts.threads);
-  for (unsigned i = 0; i < opts.threads; ++i)
-    m_workers.push_back(std::make_unique<worker>(*this, i, opts.priorities));
+  for (unsigned i = 0; i < opts.threads; ++i) m_workers.push_back(std::make_unique<worker>(*this, i, opts.priorities));
   compute_steal_orders(*this);
 }
 

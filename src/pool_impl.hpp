@@ -32,7 +32,7 @@ class inbox {
   explicit inbox(unsigned prios) : m_queues(prios), m_sizes(prios) {}
   void push(unsigned prio, void* item);
   void push_many(unsigned prio, void* const* items, std::size_t n);
-  void* pop(unsigned prio) noexcept;      // owner: blocking lock
+  void* pop(unsigned prio) noexcept;        // owner: blocking lock
   void* try_steal(unsigned prio) noexcept;  // thieves: try_lock only
   bool empty(unsigned prio, std::memory_order mo = std::memory_order_relaxed) const noexcept {
     return m_sizes[prio].value.load(mo) == 0;
@@ -51,12 +51,12 @@ class inbox {
 struct alignas(k_cache_line) worker : worker_context {
   worker(pool_impl& pool, unsigned index, unsigned prios);
 
-  void run();                    // the loop (worker.cpp)
-  void* find_work() noexcept;    // highest priority first (worker.cpp)
-  void* search() noexcept;       // steal while searching (stealing.cpp)
-  void* steal_at(unsigned prio, bool ask) noexcept;  // one sweep over the victims (stealing.cpp)
-  bool park() noexcept;          // true when the pool is finished (idle.cpp)
-  void rearm_if_more(unsigned prio) noexcept;  // keep urgent work announced (worker.cpp)
+  void run();                                                    // the loop (worker.cpp)
+  void* find_work() noexcept;                                    // highest priority first (worker.cpp)
+  void* search() noexcept;                                       // steal while searching (stealing.cpp)
+  void* steal_at(unsigned prio, bool ask) noexcept;              // one sweep over the victims (stealing.cpp)
+  bool park() noexcept;                                          // true when the pool is finished (idle.cpp)
+  void rearm_if_more(unsigned prio) noexcept;                    // keep urgent work announced (worker.cpp)
   bool lone_ripe(std::size_t key, std::uint64_t word) noexcept;  // patience with lone items (stealing.cpp)
 
   pool_impl& m_pool;
@@ -71,7 +71,7 @@ struct alignas(k_cache_line) worker : worker_context {
     std::int64_t since_ns = 0;
   };
   std::vector<lone_sighting> m_lone_seen;
-  bool m_searching = false;      // counted as a searcher in the pool's idle word
+  bool m_searching = false;                                     // counted as a searcher in the pool's idle word
   alignas(k_cache_line) std::atomic<std::uint32_t> m_futex{0};  // 1 = woken
   std::thread m_thread;
 };
@@ -84,14 +84,14 @@ class pool_impl {
   void start();
   void stop() noexcept;  // drain and join (idle.cpp documents the protocol)
 
-  void schedule(void* item, unsigned prio);  // from any thread
+  void schedule(void* item, unsigned prio);      // from any thread
   void announce_urgent(unsigned prio) noexcept;  // lower every worker's m_inline_limit to prio + 1
-  worker* current_worker() const noexcept;   // the calling thread's worker of this pool, or null
+  worker* current_worker() const noexcept;       // the calling thread's worker of this pool, or null
 
   // idle.cpp
-  void wake_one() noexcept;          // wake a parked worker as a searcher, if any
+  void wake_one() noexcept;            // wake a parked worker as a searcher, if any
   void wake_if_unsearched() noexcept;  // wake_one() if some worker is parked and none searching (seq_cst read)
-  void notify_external() noexcept;   // after an inbox push: make sure someone looks
+  void notify_external() noexcept;     // after an inbox push: make sure someone looks
   bool any_work_seq_cst() const noexcept;
   void leave_searching(worker& w) noexcept;
 

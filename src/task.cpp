@@ -4,11 +4,11 @@
 #include <stdexcept>
 #include <typeinfo>
 
+#include "pool_impl.hpp"
 #include "weft/detail/fork.hpp"
 #include "weft/pool.hpp"
 #include "weft/sync_wait.hpp"
 #include "weft/task.hpp"
-#include "pool_impl.hpp"
 
 namespace weft::detail {
 
@@ -38,8 +38,7 @@ void resume_at_home(executor& home, std::coroutine_handle<> parent, unsigned pri
     home.schedule(parent, prio < home.priorities() ? prio : 0);
   } catch (const std::exception& ex) {
     // The parent's executor refuses work (shutting down): nothing can resume it.
-    std::fprintf(stderr, "weft: cannot resume a joined task on its executor (%s); it is left suspended\n",
-                 ex.what());
+    std::fprintf(stderr, "weft: cannot resume a joined task on its executor (%s); it is left suspended\n", ex.what());
   }
 }
 

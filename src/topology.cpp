@@ -9,8 +9,8 @@
 #include <sched.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <mutex>
 #include <string>

@@ -62,7 +62,9 @@ void* inbox::try_steal(unsigned prio) noexcept {
 // ---- worker ------------------------------------------------------------------------
 
 worker::worker(pool_impl& pool, unsigned index, unsigned prios)
-    : m_pool(pool), m_deque_storage(new split_deque[prios]), m_inbox(prios),
+    : m_pool(pool),
+      m_deque_storage(new split_deque[prios]),
+      m_inbox(prios),
       m_lone_seen(std::size_t{pool.m_opts.threads} * prios) {
   m_deques = m_deque_storage.get();
   m_prios = prios;
@@ -94,8 +96,10 @@ void worker::run() {
   run_thread_hook(opts.on_thread_start, m_index, "on_thread_start");
   for (;;) {
     void* item = find_work();
-    if (item != nullptr) m_pool.leave_searching(*this);  // a woken worker may have found it here
-    else item = search();
+    if (item != nullptr)
+      m_pool.leave_searching(*this);  // a woken worker may have found it here
+    else
+      item = search();
     if (item == nullptr) {
       if (park()) break;
       continue;
@@ -110,7 +114,8 @@ void worker::run() {
 
 void* worker::find_work() noexcept {
   // Whatever was announced as urgent is found below, in priority order.
-  if (m_inline_limit.load(std::memory_order_relaxed) != m_prios) m_inline_limit.store(m_prios, std::memory_order_relaxed);
+  if (m_inline_limit.load(std::memory_order_relaxed) != m_prios)
+    m_inline_limit.store(m_prios, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_acquire);  // pairs with announce_urgent's release store
   const bool inbox_first = ++m_tick % 61 == 0;
   for (unsigned p = 0; p < m_prios; ++p) m_deques[p].restore_lone_credit();  // a new run (split_deque.hpp)
@@ -167,8 +172,8 @@ void worker::rearm_if_more(unsigned prio) noexcept {
 
 void lower_inline_limit(worker_context& w, unsigned limit) noexcept {
   unsigned cur = w.m_inline_limit.load(std::memory_order_relaxed);
-  while (cur > limit && !w.m_inline_limit.compare_exchange_weak(cur, limit, std::memory_order_release,
-                                                                 std::memory_order_relaxed)) {
+  while (cur > limit &&
+         !w.m_inline_limit.compare_exchange_weak(cur, limit, std::memory_order_release, std::memory_order_relaxed)) {
   }
 }
 
@@ -191,8 +196,7 @@ bool higher_priority_waiting() noexcept {
   if (self == nullptr) return false;
   const unsigned mine = t_prio;
   for (unsigned p = 0; p < mine && p < self->m_prios; ++p) {
-    if (self->m_deques[p].has_private() || self->m_deques[p].looks_stealable() || !self->m_inbox.empty(p))
-      return true;
+    if (self->m_deques[p].has_private() || self->m_deques[p].looks_stealable() || !self->m_inbox.empty(p)) return true;
     for (const auto& other : self->m_pool.m_workers)
       if (other->m_deques[p].looks_stealable() || !other->m_inbox.empty(p)) return true;
   }

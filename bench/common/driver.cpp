@@ -36,14 +36,12 @@ void print_usage(std::FILE* out, const workload_info& info) {
                "  --runs R     timed runs after one untimed warm-up, >= 1 (default 1)\n"
                "  --list       print the flavors, one a line, and exit\n",
                static_cast<int>(default_name.size()), default_name.data(),
-               std::max(1u, std::thread::hardware_concurrency()),
-               static_cast<int>(info.size_meaning.size()), info.size_meaning.data(),
-               static_cast<unsigned long long>(info.default_size));
+               std::max(1u, std::thread::hardware_concurrency()), static_cast<int>(info.size_meaning.size()),
+               info.size_meaning.data(), static_cast<unsigned long long>(info.default_size));
 }
 
 [[noreturn]] void usage_error(const workload_info& info, const std::string& what) {
-  std::fprintf(stderr, "%.*s: %s\n", static_cast<int>(info.name.size()), info.name.data(),
-               what.c_str());
+  std::fprintf(stderr, "%.*s: %s\n", static_cast<int>(info.name.size()), info.name.data(), what.c_str());
   print_usage(stderr, info);
   std::exit(2);
 }
@@ -127,14 +125,14 @@ int fail(std::string_view what) {
   return 1;
 }
 
-void print_report(const options& opt, const std::vector<run_record>& runs,
-                  std::uint64_t output) {
+void print_report(const options& opt, const std::vector<run_record>& runs, std::uint64_t output) {
   std::printf("threads: %d\nruns:\n", opt.threads);
   for (const auto& r : runs) {
-    std::printf("  - iteration_count: 1\n"
-                "    duration: %lld us\n"
-                "    max_rss: %ld KiB\n",
-                static_cast<long long>(r.duration_us), r.max_rss_kib);
+    std::printf(
+        "  - iteration_count: 1\n"
+        "    duration: %lld us\n"
+        "    max_rss: %ld KiB\n",
+        static_cast<long long>(r.duration_us), r.max_rss_kib);
   }
   std::printf("output: %llu\n", static_cast<unsigned long long>(output));
   std::fflush(stdout);

@@ -79,8 +79,7 @@ long max_rss_kib();
 int fail(std::string_view what);
 
 /// Prints the BENCH.md report: threads, one block per run, output.
-void print_report(const options& opt, const std::vector<run_record>& runs,
-                  std::uint64_t output);
+void print_report(const options& opt, const std::vector<run_record>& runs, std::uint64_t output);
 
 /// The whole program of one bench binary.
 template <class Answer>

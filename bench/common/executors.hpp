@@ -20,8 +20,8 @@ namespace weft_bench {
 /// Throws unless `threads` is the count this process started with.
 inline void check_same_threads(int first, int threads) {
   if (first != threads) {
-    throw std::logic_error("bench: one process, one thread count (" + std::to_string(first) +
-                           " then " + std::to_string(threads) + ")");
+    throw std::logic_error("bench: one process, one thread count (" + std::to_string(first) + " then " +
+                           std::to_string(threads) + ")");
   }
 }
 
@@ -30,8 +30,7 @@ inline void check_same_threads(int first, int threads) {
 /// execute()). global_control sets the process-wide limit to the same count,
 /// so that T above the hardware thread count is honoured too.
 inline tbb::task_arena& tbb_arena(int threads) {
-  static tbb::global_control limit{tbb::global_control::max_allowed_parallelism,
-                                   static_cast<std::size_t>(threads)};
+  static tbb::global_control limit{tbb::global_control::max_allowed_parallelism, static_cast<std::size_t>(threads)};
   static tbb::task_arena arena{threads};
   check_same_threads(arena.max_concurrency(), threads);
   return arena;

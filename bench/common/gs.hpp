@@ -18,9 +18,8 @@ namespace weft_bench {
 template <class Kernel>
 void gs_dispatch(int threads, std::size_t range, Kernel kernel) {
   weft::thread_pool& pool = weft_pool(threads);
-  weft::sync_wait(pool, [&]() -> weft::task<void> {
-    co_await weft::dispatch(pool, {.members = 0, .range = range}, kernel);
-  }());
+  weft::sync_wait(
+      pool, [&]() -> weft::task<void> { co_await weft::dispatch(pool, {.members = 0, .range = range}, kernel); }());
 }
 
 /// The gs shape of a sum over [0, range): members claim `chunk` items at a time, add

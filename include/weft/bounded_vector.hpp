@@ -22,12 +22,12 @@ class bounded_vector {
   static_assert(N > 0, "weft::bounded_vector: N must be at least 1");
 
  public:
-  using value_type = T;                  ///< the element type
-  using size_type = std::size_t;         ///< sizes and indices
-  using reference = T&;                  ///< operator[]'s result
-  using const_reference = const T&;      ///< operator[]'s result (const)
-  using iterator = T*;                   ///< begin()/end()
-  using const_iterator = const T*;       ///< begin()/end() (const)
+  using value_type = T;              ///< the element type
+  using size_type = std::size_t;     ///< sizes and indices
+  using reference = T&;              ///< operator[]'s result
+  using const_reference = const T&;  ///< operator[]'s result (const)
+  using iterator = T*;               ///< begin()/end()
+  using const_iterator = const T*;   ///< begin()/end() (const)
 
   /// An empty vector.
   bounded_vector() noexcept {}
@@ -36,18 +36,23 @@ class bounded_vector {
   // destroys the elements already copied.
   /// Copies `o`'s elements. If a copy throws, nothing is left behind (the copies made
   /// so far are destroyed) and the exception propagates.
-  bounded_vector(const bounded_vector& o) requires std::is_copy_constructible_v<T> : bounded_vector() {
+  bounded_vector(const bounded_vector& o)
+    requires std::is_copy_constructible_v<T>
+      : bounded_vector() {
     for (const T& v : o) emplace_back(v);
   }
   /// Moves `o`'s elements over; `o` keeps its size, its elements moved from. A throwing
   /// move behaves as a throwing copy above.
   bounded_vector(bounded_vector&& o) noexcept(std::is_nothrow_move_constructible_v<T>)
-    requires std::is_move_constructible_v<T> : bounded_vector() {
+    requires std::is_move_constructible_v<T>
+      : bounded_vector() {
     for (T& v : o) emplace_back(std::move(v));
   }
   /// Destroys the elements, then copies `o`'s. If a copy throws, the vector keeps the
   /// copies made so far (basic guarantee).
-  bounded_vector& operator=(const bounded_vector& o) requires std::is_copy_constructible_v<T> {
+  bounded_vector& operator=(const bounded_vector& o)
+    requires std::is_copy_constructible_v<T>
+  {
     if (this != &o) {
       clear();
       for (const T& v : o) emplace_back(v);
@@ -57,7 +62,8 @@ class bounded_vector {
   /// Destroys the elements, then moves `o`'s over (`o` keeps its size); a throwing
   /// move leaves what was moved so far (basic guarantee).
   bounded_vector& operator=(bounded_vector&& o) noexcept(std::is_nothrow_move_constructible_v<T>)
-    requires std::is_move_constructible_v<T> {
+    requires std::is_move_constructible_v<T>
+  {
     if (this != &o) {
       clear();
       for (T& v : o) emplace_back(std::move(v));
@@ -116,7 +122,8 @@ class bounded_vector {
   /// std::length_error when full, or what T's constructor throws (nothing added).
   template <class... A>
   T& emplace_back(A&&... args) {
-    if (m_size == N) [[unlikely]] throw std::length_error("weft::bounded_vector: full");
+    if (m_size == N) [[unlikely]]
+      throw std::length_error("weft::bounded_vector: full");
     T* p = std::construct_at(reinterpret_cast<T*>(m_storage) + m_size, std::forward<A>(args)...);
     ++m_size;
     return *p;
@@ -129,7 +136,8 @@ class bounded_vector {
   void pop_back() noexcept { std::destroy_at(data() + --m_size); }
   /// Same size and equal elements, in order.
   friend bool operator==(const bounded_vector& a, const bounded_vector& b)
-    requires std::equality_comparable<T> {
+    requires std::equality_comparable<T>
+  {
     return std::equal(a.begin(), a.end(), b.begin(), b.end());
   }
 

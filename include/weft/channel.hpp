@@ -146,7 +146,8 @@ class channel {
     detail::waiter* woken = nullptr;
     {
       std::lock_guard lock(m_push_lock);
-      if (m_closed) [[unlikely]] return channel_status::closed;
+      if (m_closed) [[unlikely]]
+        return channel_status::closed;
       if (!m_consumers.empty()) [[unlikely]] {
         auto* c = static_cast<pull_waiter*>(m_consumers.front());
         c->m_value.emplace(std::forward<U>(v));
@@ -398,7 +399,8 @@ class channel {
   template <class Out>
   detail::waiter* take_front_and_refill(Out&& out) {
     take_front(out);
-    if (m_producers.empty()) [[likely]] return nullptr;
+    if (m_producers.empty()) [[likely]]
+      return nullptr;
     auto* p = static_cast<push_waiter*>(m_producers.front());
     try {
       m_items.emplace_back(std::move(*p->m_value));  // nothrow move: only allocation can fail
@@ -426,10 +428,12 @@ class channel {
     detail::waiter* woken = nullptr;
     {
       std::lock_guard lock(m_pull_lock);
-      if (m_items.empty()) [[unlikely]] return m_closed;  // closed: node.m_value stays nullopt
+      if (m_items.empty()) [[unlikely]]
+        return m_closed;  // closed: node.m_value stays nullopt
       woken = take_front_locked([&](T&& v) noexcept { node.m_value.emplace(std::move(v)); });
     }
-    if (woken != nullptr) [[unlikely]] woken->wake();
+    if (woken != nullptr) [[unlikely]]
+      woken->wake();
     return true;
   }
 

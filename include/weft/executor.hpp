@@ -44,7 +44,7 @@ namespace detail {
 struct worker_context;
 extern constinit thread_local worker_context* t_worker;  // null outside pool workers
 extern constinit thread_local executor* t_executor;      // null outside any executor
-extern constinit thread_local unsigned t_prio;            // priority of the running work
+extern constinit thread_local unsigned t_prio;           // priority of the running work
 
 // The thread-locals above as read by inline code that can run on a fiber's stack (plain
 // functions run by weft::spawn_fiber), which may resume on another thread: where the
@@ -55,16 +55,22 @@ executor* read_t_executor() noexcept;
 worker_context* read_t_worker() noexcept;
 unsigned read_t_prio() noexcept;
 WEFT_INLINE executor* fiber_safe_executor() noexcept {
-  if constexpr (WEFT_TLS_VIA_CALLS) return read_t_executor();
-  else return t_executor;
+  if constexpr (WEFT_TLS_VIA_CALLS)
+    return read_t_executor();
+  else
+    return t_executor;
 }
 WEFT_INLINE worker_context* fiber_safe_worker() noexcept {
-  if constexpr (WEFT_TLS_VIA_CALLS) return read_t_worker();
-  else return t_worker;
+  if constexpr (WEFT_TLS_VIA_CALLS)
+    return read_t_worker();
+  else
+    return t_worker;
 }
 WEFT_INLINE unsigned fiber_safe_prio() noexcept {
-  if constexpr (WEFT_TLS_VIA_CALLS) return read_t_prio();
-  else return t_prio;
+  if constexpr (WEFT_TLS_VIA_CALLS)
+    return read_t_prio();
+  else
+    return t_prio;
 }
 }  // namespace detail
 

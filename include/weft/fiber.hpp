@@ -145,19 +145,19 @@ class fiber_base {
   unsigned m_prio = 0;
   executor* m_waiter_home = nullptr;  // executor of the coroutine waiting for the result
   unsigned m_waiter_prio = 0;
-  void* m_fiber_ctx = nullptr;   // where to jump to resume the fiber
-  void* m_return_ctx = nullptr;  // where the fiber jumps back to (its driver's thread)
+  void* m_fiber_ctx = nullptr;     // where to jump to resume the fiber
+  void* m_return_ctx = nullptr;    // where the fiber jumps back to (its driver's thread)
   fiber_await_op* m_op = nullptr;  // the pending await, set by the fiber before switching out
   void* m_stack_base = nullptr;    // mapping base (the guard region)
   std::size_t m_stack_bytes = 0;   // whole mapping, guard region included
   std::size_t m_guard_bytes = 0;   // the guard region, whole pages
   bool m_finished = false;
   std::stop_token m_stop_token;  // fiber_options::stop_token
-  void* m_eh_caught = nullptr;     // the fiber's C++ exception-handling globals while switched out
+  void* m_eh_caught = nullptr;   // the fiber's C++ exception-handling globals while switched out
   unsigned m_eh_uncaught = 0;
   const void* m_asan_return_bottom = nullptr;  // ASan: the stack the fiber returns to
   std::size_t m_asan_return_size = 0;
-  void* m_tsan_fiber = nullptr;   // TSan: this fiber, and the one to switch back to
+  void* m_tsan_fiber = nullptr;  // TSan: this fiber, and the one to switch back to
   void* m_tsan_return = nullptr;
 };
 
@@ -209,9 +209,12 @@ concept free_co_await = requires(A&& a) { operator co_await(static_cast<A&&>(a))
 /// The awaiter co_await would use for `a`: its operator co_await, or `a` itself.
 template <class A>
 decltype(auto) get_awaiter(A&& a) {
-  if constexpr (member_co_await<A>) return static_cast<A&&>(a).operator co_await();
-  else if constexpr (free_co_await<A>) return operator co_await(static_cast<A&&>(a));
-  else return static_cast<A&&>(a);
+  if constexpr (member_co_await<A>)
+    return static_cast<A&&>(a).operator co_await();
+  else if constexpr (free_co_await<A>)
+    return operator co_await(static_cast<A&&>(a));
+  else
+    return static_cast<A&&>(a);
 }
 
 /// await_suspend of Awaiter, with its void / bool / handle result as the handle to run.
@@ -365,7 +368,8 @@ bool in_fiber() noexcept;
 /// pointer) when the value matters after an await. Exceptions being handled (an await
 /// inside a catch block) follow the fiber correctly. Called by the fiber itself only.
 template <class A>
-auto await(A&& awaitable) -> detail::await_result_t<decltype(detail::get_awaiter(std::forward<A>(awaitable)).await_resume())> {
+auto await(A&& awaitable)
+    -> detail::await_result_t<decltype(detail::get_awaiter(std::forward<A>(awaitable)).await_resume())> {
   detail::fiber_base& self = detail::this_fiber_or_throw();
   auto&& aw = detail::get_awaiter(std::forward<A>(awaitable));
   using awaiter_type = std::remove_reference_t<decltype(aw)>;

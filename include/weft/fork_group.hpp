@@ -41,7 +41,8 @@ class fork_group {
   /// empty task, std::bad_alloc; called off a pool worker, also what queueing on the
   /// executor throws (weft::shutdown_error). If it throws, `t` was not queued.
   void fork(task<T> t) {
-    if (!t.valid()) [[unlikely]] detail::throw_bad_await("weft::fork_group::fork: empty or moved-from task");
+    if (!t.valid()) [[unlikely]]
+      detail::throw_bad_await("weft::fork_group::fork: empty or moved-from task");
     // Grow first (geometrically), so that nothing can throw once the child is queued.
     if (m_tasks.size() == m_tasks.capacity()) m_tasks.reserve(m_tasks.empty() ? 16 : 2 * m_tasks.size());
     auto h = t.handle();
@@ -96,7 +97,7 @@ struct reap_state {
   std::mutex m_mutex;                // guards the three below
   std::exception_ptr m_error;        // the lowest-index exception so far
   std::size_t m_error_index = 0;
-  bool m_abandoned = false;          // the group was destroyed; errors go to stderr
+  bool m_abandoned = false;  // the group was destroyed; errors go to stderr
 };
 
 /// A child finished (its frame already freed): records `error` (lowest index wins, or
@@ -148,7 +149,8 @@ class fork_group<void> {
   /// empty task, std::bad_alloc; called off a pool worker, also what queueing on the
   /// executor throws (weft::shutdown_error). If it throws, `t` was not queued.
   void fork(task<void> t) {
-    if (!t.valid()) [[unlikely]] detail::throw_bad_await("weft::fork_group::fork: empty or moved-from task");
+    if (!t.valid()) [[unlikely]]
+      detail::throw_bad_await("weft::fork_group::fork: empty or moved-from task");
     if (m_state == nullptr) m_state = new detail::reap_state;
     task<void> child = detail::reaped_child(std::move(t), m_state, m_state->m_forked);
     auto h = child.handle();
@@ -199,7 +201,9 @@ class fork_group<void> {
       return m_st->m_count.load(std::memory_order_acquire) == 1;  // pairs with reap_child_done
     }
     bool await_suspend(std::coroutine_handle<> h) noexcept { return detail::reap_join_suspend(m_st, h); }
-    void await_resume() const noexcept { m_st->m_count.store(1, std::memory_order_relaxed); }  // the group's count again
+    void await_resume() const noexcept {
+      m_st->m_count.store(1, std::memory_order_relaxed);
+    }  // the group's count again
   };
 
   detail::reap_state* m_state = nullptr;

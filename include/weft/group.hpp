@@ -70,7 +70,10 @@ struct index_range {
     /// The index.
     std::size_t operator*() const noexcept { return i; }
     /// The next index.
-    iterator& operator++() noexcept { ++i; return *this; }
+    iterator& operator++() noexcept {
+      ++i;
+      return *this;
+    }
     /// The next index; returns the previous position.
     iterator operator++(int) noexcept { return {i++}; }
     /// Same index.
@@ -155,8 +158,10 @@ class group {
     try {
       for (const void* slot : m_state->m_slots) {
         if (slot == nullptr) continue;  // a member that finished
-        if (acc) acc.emplace(std::invoke(op, std::move(*acc), *static_cast<const T*>(slot)));
-        else acc.emplace(*static_cast<const T*>(slot));
+        if (acc)
+          acc.emplace(std::invoke(op, std::move(*acc), *static_cast<const T*>(slot)));
+        else
+          acc.emplace(*static_cast<const T*>(slot));
       }
     } catch (...) {
       error = std::current_exception();

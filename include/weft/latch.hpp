@@ -32,8 +32,8 @@ class latch {
     {
       std::lock_guard lock(m_lock);
       if (n > m_count)
-        throw std::logic_error("weft::latch::count_down(" + std::to_string(n) + "): only " +
-                               std::to_string(m_count) + " left");
+        throw std::logic_error("weft::latch::count_down(" + std::to_string(n) + "): only " + std::to_string(m_count) +
+                               " left");
       m_count -= n;
       if (m_count == 0) all = m_waiters.take_all();
     }

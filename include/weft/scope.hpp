@@ -125,7 +125,7 @@ class scope_state {
   bool suspend(std::coroutine_handle<> h, bool for_next) noexcept;
   void drop_ref() noexcept;
 
-  std::atomic<std::size_t> m_refs{1};  // the scope's own, plus one per child alive
+  std::atomic<std::size_t> m_refs{1};       // the scope's own, plus one per child alive
   std::atomic<bool> m_stop_pending{false};  // stop_on_error: request_stop after the lock
   std::size_t m_alive = 0;
   std::coroutine_handle<> m_waiter;  // in join() or next()
@@ -168,8 +168,10 @@ task<void> scope_child(task<T> t, State* st) {
     }
   } catch (const cancelled&) {
     // A wait ended by the scope's stop: the child stopped, it did not fail.
-    if (st->m_token.stop_requested()) stopped = true;
-    else error = std::current_exception();
+    if (st->m_token.stop_requested())
+      stopped = true;
+    else
+      error = std::current_exception();
   } catch (...) {
     error = std::current_exception();
   }
@@ -262,9 +264,7 @@ class scope {
   /// Starts the child that `op` describes (`s.spawn(weft::spawn(t).run_on(io).priority(1))`),
   /// on its executor and at its priority. Throws as spawn(task), and std::out_of_range
   /// for a priority the executor does not have.
-  void spawn(spawn_op<T>&& op) {
-    start(std::move(op.m_task), op.m_prio, op.m_target);
-  }
+  void spawn(spawn_op<T>&& op) { start(std::move(op.m_task), op.m_prio, op.m_target); }
 
   /// `co_await s.join()`: waits until no child is alive, then rethrows the first
   /// exception not yet rethrown (rethrow_first, stop_on_error). The scope can be used
@@ -312,7 +312,8 @@ class scope {
 
  private:
   void start(task<T> t, unsigned prio, executor* target) {
-    if (!t.valid()) [[unlikely]] detail::throw_bad_await("weft::scope::spawn: empty or moved-from task");
+    if (!t.valid()) [[unlikely]]
+      detail::throw_bad_await("weft::scope::spawn: empty or moved-from task");
     task<void> child = [&] {
       detail::off_stack_frames guard;  // finishes out of order, often on another thread
       return detail::scope_child<T>(std::move(t), m_state);

@@ -76,7 +76,8 @@ class [[nodiscard]] fork_handle {
   /// Waits for the child; its value, or its exception rethrown.
   /// Throws std::logic_error when the handle is empty or already awaited.
   awaiter operator co_await() & {
-    if (!m_h) [[unlikely]] detail::throw_bad_await("weft: co_await on an empty or already-awaited fork_handle");
+    if (!m_h) [[unlikely]]
+      detail::throw_bad_await("weft: co_await on an empty or already-awaited fork_handle");
     return awaiter{{m_h}, this};
   }
   /// Same as the lvalue form.
@@ -153,8 +154,10 @@ class [[nodiscard]] spawn_op {
     awaiter& operator=(const awaiter&) = delete;
     ~awaiter() {  // not awaited after all (await_ready threw), or never resumed
       if (m_h) {
-        if (m_forked) detail::abandon_child(m_h);
-        else m_h.destroy();
+        if (m_forked)
+          detail::abandon_child(m_h);
+        else
+          m_h.destroy();
       }
     }
     WEFT_INLINE bool await_ready() {
@@ -197,7 +200,8 @@ class [[nodiscard]] spawn_op {
   }
 
   WEFT_INLINE handle_type take() {
-    if (!m_task.valid()) [[unlikely]] detail::throw_bad_await("weft::spawn: empty or moved-from task");
+    if (!m_task.valid()) [[unlikely]]
+      detail::throw_bad_await("weft::spawn: empty or moved-from task");
     return m_task.release();
   }
 

@@ -74,7 +74,8 @@ class [[nodiscard]] bulk_join_op {
   /// at once when there are none.
   bool await_ready() const {
     for (const auto& t : m_ts)
-      if (!t.valid()) [[unlikely]] throw_bad_await("weft::spawn_many: empty or moved-from task");
+      if (!t.valid()) [[unlikely]]
+        throw_bad_await("weft::spawn_many: empty or moved-from task");
     return m_ts.size() == 0;
   }
 
@@ -224,7 +225,8 @@ template <std::size_t N, class F>
   requires std::invocable<F&, std::size_t> && detail::is_task<std::invoke_result_t<F&, std::size_t>>::value
 auto spawn_many(std::size_t n, F&& gen) {
   using T = typename std::invoke_result_t<F&, std::size_t>::value_type;
-  if (n > N) [[unlikely]] throw std::length_error("weft::spawn_many<N>(n, gen): n is greater than N");
+  if (n > N) [[unlikely]]
+    throw std::length_error("weft::spawn_many<N>(n, gen): n is greater than N");
   return detail::bulk_join_op<T, bounded_vector<task<T>, N>>(std::in_place, [&](bounded_vector<task<T>, N>& ts) {
     for (std::size_t i = 0; i < n; ++i) ts.emplace_back(std::invoke(gen, i));
   });

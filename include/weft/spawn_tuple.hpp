@@ -63,8 +63,9 @@ task<std::tuple<tuple_slot_t<Ts>...>> spawn_tuple_impl(task<Ts>... ts) {
   }
   for (std::size_t i = n; i-- > 1;) co_await join_awaiter{*ps[i - 1], hs[i - 1]};
   std::exception_ptr first;
-  ((first == nullptr && ts.handle().promise().m_result.has_error() ? (void)(first = ts.handle().promise().m_result.error())
-                                                                   : void()),
+  ((first == nullptr && ts.handle().promise().m_result.has_error()
+        ? (void)(first = ts.handle().promise().m_result.error())
+        : void()),
    ...);
   if (first) std::rethrow_exception(first);
   co_return std::tuple<tuple_slot_t<Ts>...>{take_slot(ts)...};

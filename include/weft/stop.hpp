@@ -66,7 +66,7 @@ class task_token_reader {
     static_assert(std::is_base_of_v<promise_base, Promise>,
                   "weft::this_task: co_await it from a weft::task, whose token it reads");
     m_token = h.promise().m_stop;  // its owner outlives the task (promise_base::m_stop)
-    return false;  // never suspends: the coroutine goes on at once
+    return false;                  // never suspends: the coroutine goes on at once
   }
 
  protected:

@@ -43,9 +43,7 @@ struct sync_root {
     auto final_suspend() const noexcept {
       struct signal_after_suspend {
         bool await_ready() const noexcept { return false; }
-        void await_suspend(std::coroutine_handle<promise_type> h) const noexcept {
-          h.promise().m_signal->notify();
-        }
+        void await_suspend(std::coroutine_handle<promise_type> h) const noexcept { h.promise().m_signal->notify(); }
         void await_resume() const noexcept {}
       };
       return signal_after_suspend{};

@@ -41,16 +41,16 @@ inline constexpr std::uintptr_t k_join_abandoned = 2;  // the handle was dropped
 struct promise_base {
   std::coroutine_handle<> m_continuation;  // awaited, or forked and joined inline
   std::atomic<std::uintptr_t> m_join{k_join_none};
-  executor* m_home = nullptr;  // forked to another executor: where the parent resumes
+  executor* m_home = nullptr;   // forked to another executor: where the parent resumes
   void* m_next_join = nullptr;  // bulk forks: the sibling joined after this one (weft/detail/bulk.hpp)
   // The stop token the task runs under (weft/stop.hpp), or null for none. It points into
   // an owner that outlives the task: the awaiting task's own (inherited by co_await, see
   // task::awaiter), or a weft::scope's state (its children).
   const std::stop_token* m_stop = nullptr;
   completion m_mode = completion::awaited;
-  std::uint8_t m_prio = 0;        // priority it was queued at (forked/detached)
+  std::uint8_t m_prio = 0;         // priority it was queued at (forked/detached)
   std::uint8_t m_parent_prio = 0;  // the parent's priority, restored when it resumes
-  bool m_plain_params = false;  // no parameter needs a destructor (see pop_finished_frame)
+  bool m_plain_params = false;     // no parameter needs a destructor (see pop_finished_frame)
 
   static void* operator new(std::size_t n) { return allocate_frame(n); }
   static void operator delete(void* p, std::size_t n) noexcept { deallocate_frame(p, n); }
@@ -64,7 +64,9 @@ template <class Promise>
 const std::stop_token* awaiting_token(std::coroutine_handle<Promise> h) noexcept {
   if constexpr (std::is_void_v<Promise>) {
     return nullptr;
-  } else if constexpr (requires { { h.promise().m_stop } -> std::convertible_to<const std::stop_token*>; }) {
+  } else if constexpr (requires {
+                         { h.promise().m_stop } -> std::convertible_to<const std::stop_token*>;
+                       }) {
     return h.promise().m_stop;
   } else {
     return nullptr;
@@ -299,8 +301,10 @@ class [[nodiscard]] task {
     /// Never ready: the task runs in await_suspend. Throws std::logic_error for an empty
     /// or moved-from task, or one that already completed.
     bool await_ready() const {
-      if (!m_h) [[unlikely]] detail::throw_bad_await("weft: co_await on an empty or moved-from task");
-      if (m_h.done()) [[unlikely]] detail::throw_bad_await("weft: co_await on a task that already completed");
+      if (!m_h) [[unlikely]]
+        detail::throw_bad_await("weft: co_await on an empty or moved-from task");
+      if (m_h.done()) [[unlikely]]
+        detail::throw_bad_await("weft: co_await on a task that already completed");
       return false;
     }
     /// Makes `awaiting` the task's continuation and transfers into the task, on this

@@ -38,8 +38,8 @@ namespace weft {
 /// A plain value.
 template <class T>
 struct timeout_result {
-  std::error_code ec;       ///< std::errc::timed_out, or empty
-  std::optional<T> value;   ///< the task's value, when it returned one
+  std::error_code ec;      ///< std::errc::timed_out, or empty
+  std::optional<T> value;  ///< the task's value, when it returned one
 };
 
 /// timeout_result for a task that returns nothing: `ec` only.
@@ -65,7 +65,9 @@ struct run_under_token {
 };
 
 /// The timer's function: stops the source in m_arg.
-inline void stop_source_at_deadline(timer_entry& e) noexcept { static_cast<std::stop_source*>(e.m_arg)->request_stop(); }
+inline void stop_source_at_deadline(timer_entry& e) noexcept {
+  static_cast<std::stop_source*>(e.m_arg)->request_stop();
+}
 
 template <class T>
 task<timeout_result<T>> deadline_task(task<T> t, std::chrono::steady_clock::time_point deadline) {

@@ -17,8 +17,8 @@
 #include <cstddef>
 #include <exception>
 #include <optional>
-#include <stop_token>
 #include <stdexcept>
+#include <stop_token>
 #include <type_traits>
 #include <utility>
 #include <variant>
@@ -42,16 +42,18 @@ namespace detail {
 
 template <class A>
 decltype(auto) awaiter_of(A&& a) {
-  if constexpr (requires { std::forward<A>(a).operator co_await(); }) return std::forward<A>(a).operator co_await();
-  else return std::forward<A>(a);
+  if constexpr (requires { std::forward<A>(a).operator co_await(); })
+    return std::forward<A>(a).operator co_await();
+  else
+    return std::forward<A>(a);
 }
 
 /// What `co_await a` evaluates to for an rvalue `a` (member operator co_await or a
 /// plain awaiter), void mapped to std::monostate, references decayed.
 template <class A>
-using await_value_t = std::conditional_t<std::is_void_v<decltype(awaiter_of(std::declval<A>()).await_resume())>,
-                                         std::monostate,
-                                         std::decay_t<decltype(awaiter_of(std::declval<A>()).await_resume())>>;
+using await_value_t =
+    std::conditional_t<std::is_void_v<decltype(awaiter_of(std::declval<A>()).await_resume())>, std::monostate,
+                       std::decay_t<decltype(awaiter_of(std::declval<A>()).await_resume())>>;
 
 /// The race's shared state; lives in the when_any coroutine, which outlives every child.
 template <class V>

@@ -206,8 +206,7 @@ std::error_code connect_awaitable::await_resume() const noexcept {
 
 // ---- sleep --------------------------------------------------------------------------------
 
-sleep_awaitable::sleep_awaitable(uring_context& ctx, std::int64_t ns, bool absolute) noexcept
-    : uring_awaitable(ctx) {
+sleep_awaitable::sleep_awaitable(uring_context& ctx, std::int64_t ns, bool absolute) noexcept : uring_awaitable(ctx) {
   m_op.m_kind = op_kind::timeout;
   m_op.m_abs = absolute;
   m_op.m_ts[0] = ns / 1'000'000'000;
@@ -451,7 +450,8 @@ void tcp_stream::close() noexcept {
 
 std::error_code tcp_stream::set_no_delay(bool on) noexcept {
   const int v = on ? 1 : 0;
-  if (::setsockopt(native_handle(), IPPROTO_TCP, TCP_NODELAY, &v, sizeof v) != 0) return {errno, std::system_category()};
+  if (::setsockopt(native_handle(), IPPROTO_TCP, TCP_NODELAY, &v, sizeof v) != 0)
+    return {errno, std::system_category()};
   return {};
 }
 

@@ -36,7 +36,7 @@ namespace weft::io {
 namespace detail {
 namespace {
 
-constexpr int k_budget = 64;         // ready tasks per turn before completions get a look
+constexpr int k_budget = 64;  // ready tasks per turn before completions get a look
 constexpr unsigned k_reap_batch = 256;
 
 constinit thread_local uring_impl* t_loop = nullptr;
@@ -47,14 +47,22 @@ std::string unavailable_reason(int err) {
   std::string why = "weft::io::uring_context: io_uring is unavailable: io_uring_setup failed with ";
   why += std::strerror(err);
   switch (err) {
-    case ENOSYS: why += " (ENOSYS: this kernel has no io_uring support)"; break;
-    case EPERM:
-      why += " (EPERM: io_uring is blocked here, by a seccomp filter, a container policy or sysctl "
-             "kernel.io_uring_disabled)";
+    case ENOSYS:
+      why += " (ENOSYS: this kernel has no io_uring support)";
       break;
-    case EACCES: why += " (EACCES: io_uring is restricted to a group by sysctl kernel.io_uring_group)"; break;
-    case ENOMEM: why += " (ENOMEM: the locked-memory limit RLIMIT_MEMLOCK is too low for the ring)"; break;
-    default: break;
+    case EPERM:
+      why +=
+          " (EPERM: io_uring is blocked here, by a seccomp filter, a container policy or sysctl "
+          "kernel.io_uring_disabled)";
+      break;
+    case EACCES:
+      why += " (EACCES: io_uring is restricted to a group by sysctl kernel.io_uring_group)";
+      break;
+    case ENOMEM:
+      why += " (ENOMEM: the locked-memory limit RLIMIT_MEMLOCK is too low for the ring)";
+      break;
+    default:
+      break;
   }
   return why;
 }
@@ -85,8 +93,8 @@ uring_impl::uring_impl(uring_context& owner, const uring_options& options)
   // the ring can be single-issuer with deferred task work: completions are processed
   // when the loop enters the kernel to wait, not by interrupting it (Linux 6.1+). The
   // ring starts disabled and the loop thread enables it, which makes it the issuer.
-  params.flags = IORING_SETUP_CQSIZE | IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN |
-                 IORING_SETUP_R_DISABLED;
+  params.flags =
+      IORING_SETUP_CQSIZE | IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_R_DISABLED;
   params.cq_entries = options.entries * 2;
   int r = io_uring_queue_init_params(options.entries, &m_ring, &params);
   if (r == -EINVAL) {  // before Linux 6.1: no single-issuer / deferred task work
@@ -148,16 +156,20 @@ void uring_impl::prepare(uring_op& op, bool count) {
   if (op.m_link_timeout && io_uring_sq_space_left(&m_ring) < 2) io_uring_submit(&m_ring);
   io_uring_sqe* s = sqe();
   switch (op.m_kind) {
-    case op_kind::recv: io_uring_prep_recv(s, op.m_fd, op.m_buf, op.m_len, 0); break;
-    case op_kind::send: io_uring_prep_send(s, op.m_fd, op.m_buf, op.m_len, MSG_NOSIGNAL); break;
+    case op_kind::recv:
+      io_uring_prep_recv(s, op.m_fd, op.m_buf, op.m_len, 0);
+      break;
+    case op_kind::send:
+      io_uring_prep_send(s, op.m_fd, op.m_buf, op.m_len, MSG_NOSIGNAL);
+      break;
     case op_kind::connect:
       io_uring_prep_connect(s, op.m_fd, static_cast<const sockaddr*>(op.m_buf), op.m_len);
       break;
     case op_kind::timeout:
-      io_uring_prep_timeout(s, reinterpret_cast<__kernel_timespec*>(op.m_ts), 0,
-                            op.m_abs ? IORING_TIMEOUT_ABS : 0);
+      io_uring_prep_timeout(s, reinterpret_cast<__kernel_timespec*>(op.m_ts), 0, op.m_abs ? IORING_TIMEOUT_ABS : 0);
       break;
-    case op_kind::custom: std::abort();  // started through m_start, never prepared
+    case op_kind::custom:
+      std::abort();  // started through m_start, never prepared
   }
   io_uring_sqe_set_data64(s, reinterpret_cast<std::uintptr_t>(&op));
   if (op.m_socket != 0) note_socket(op.m_fd, op.m_socket);
@@ -243,7 +255,7 @@ void stop_watch::fire::operator()() const noexcept {
 void uring_impl::watch_begin(uring_op& op) {
   stop_watch* w = op.m_watch;
   if (w == nullptr) return;
-  ++op.m_pending;  // the registration's count
+  ++op.m_pending;                                          // the registration's count
   w->m_callback.emplace(w->m_token, stop_watch::fire{w});  // fires at once when stopped meanwhile
 }
 
@@ -412,8 +424,7 @@ void uring_impl::loop() {
 
 }  // namespace detail
 
-uring_context::uring_context(uring_options options)
-    : m_impl(std::make_unique<detail::uring_impl>(*this, options)) {}
+uring_context::uring_context(uring_options options) : m_impl(std::make_unique<detail::uring_impl>(*this, options)) {}
 
 uring_context::~uring_context() {
   if (owns_current_thread()) {

@@ -90,9 +90,9 @@ class uring_impl {
   std::uint64_t m_eventfd_value = 0;
   std::vector<std::deque<void*>> m_ready;  // loop thread: one queue per priority
 
-  std::mutex m_mutex;  // guards the members below
-  loop_call* m_calls = nullptr;                 // queued calls, oldest first
-  loop_call** m_calls_tail = &m_calls;          // where the next one is linked
+  std::mutex m_mutex;                   // guards the members below
+  loop_call* m_calls = nullptr;         // queued calls, oldest first
+  loop_call** m_calls_tail = &m_calls;  // where the next one is linked
   std::vector<std::pair<void*, unsigned>> m_foreign_ready;
   bool m_sleeping = false;  // the loop waits in io_uring_enter: wake it through the eventfd
   bool m_stopping = false;

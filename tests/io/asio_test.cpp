@@ -45,16 +45,21 @@ weft::task<void> echo_session(tcp::socket s, server_stats& st) {
   for (;;) {
     auto [ec, n] = co_await s.async_read_some(asio::buffer(buf), use_task);
     if (ec) {
-      if (ec == weft::io::error::eof) st.eofs.fetch_add(1);  // use_task: weft's categories
-      else if (ec == std::errc::connection_reset) st.resets.fetch_add(1);
-      else st.other_errors.fetch_add(1);
+      if (ec == weft::io::error::eof)
+        st.eofs.fetch_add(1);  // use_task: weft's categories
+      else if (ec == std::errc::connection_reset)
+        st.resets.fetch_add(1);
+      else
+        st.other_errors.fetch_add(1);
       break;
     }
     st.bytes.fetch_add(n);
     auto [ec2, m] = co_await asio::async_write(s, asio::buffer(buf, n), use_task);
     if (ec2) {
-      if (ec2 == std::errc::connection_reset || ec2 == std::errc::broken_pipe) st.resets.fetch_add(1);
-      else st.other_errors.fetch_add(1);
+      if (ec2 == std::errc::connection_reset || ec2 == std::errc::broken_pipe)
+        st.resets.fetch_add(1);
+      else
+        st.other_errors.fetch_add(1);
       break;
     }
     (void)m;
@@ -113,11 +118,11 @@ weft::task<client_outcome> echo_client(asio_executor& io, tcp::endpoint ep, std:
 }
 
 weft::task<std::vector<client_outcome>> all_clients(asio_executor& io, tcp::endpoint ep, std::size_t conns,
-                                                     std::size_t messages, std::size_t reset_every, failures& f) {
+                                                    std::size_t messages, std::size_t reset_every, failures& f) {
   std::vector<weft::task<client_outcome>> ts;
   for (std::size_t i = 0; i < conns; ++i)
-    ts.push_back(echo_client(io, ep, static_cast<std::uint32_t>(i), messages,
-                             reset_every != 0 && i % reset_every == 0, f));
+    ts.push_back(
+        echo_client(io, ep, static_cast<std::uint32_t>(i), messages, reset_every != 0 && i % reset_every == 0, f));
   co_return co_await weft::spawn_many(std::move(ts));
 }
 
@@ -244,68 +249,68 @@ TEST_CASE("asio_executor over a caller's context: destroyed with a long queue, t
 TEST_CASE("use_task: plain, composed, no-error and value-only signatures", "[asio]") {
   const std::size_t fds_before = weft_io_test::fd_count();  // Asio opens its reactor's fds lazily
   {
-  asio_executor io;
-  weft::thread_pool pool{{.threads = 1}};
+    asio_executor io;
+    weft::thread_pool pool{{.threads = 1}};
 
-  auto body = [&]() -> weft::task<void> {
-    // steady_timer: void(error_code)
-    asio::steady_timer t(io.context(), 5ms);
-    std::error_code ec = co_await t.async_wait(use_task);
-    CHECK_FALSE(ec);
-    CHECK(io.owns_current_thread());  // resumed inline on the I/O thread
+    auto body = [&]() -> weft::task<void> {
+      // steady_timer: void(error_code)
+      asio::steady_timer t(io.context(), 5ms);
+      std::error_code ec = co_await t.async_wait(use_task);
+      CHECK_FALSE(ec);
+      CHECK(io.owns_current_thread());  // resumed inline on the I/O thread
 
-    // asio::post: void() -> co_await yields void
-    co_await asio::post(io.get_executor(), use_task);
-    CHECK(io.owns_current_thread());
+      // asio::post: void() -> co_await yields void
+      co_await asio::post(io.get_executor(), use_task);
+      CHECK(io.owns_current_thread());
 
-    // A value-only signature void(int), completing later and completing inline.
-    auto ex = io.get_executor();
-    int v = co_await asio::async_initiate<const weft::io::use_task_t&, void(int)>(
-        [ex](auto handler) { asio::post(ex, [h = std::move(handler)]() mutable { std::move(h)(42); }); }, use_task);
-    CHECK(v == 42);
-    int w = co_await asio::async_initiate<const weft::io::use_task_t&, void(int)>(
-        [](auto handler) { std::move(handler)(7); }, use_task);
-    CHECK(w == 7);
+      // A value-only signature void(int), completing later and completing inline.
+      auto ex = io.get_executor();
+      int v = co_await asio::async_initiate<const weft::io::use_task_t&, void(int)>(
+          [ex](auto handler) { asio::post(ex, [h = std::move(handler)]() mutable { std::move(h)(42); }); }, use_task);
+      CHECK(v == 42);
+      int w = co_await asio::async_initiate<const weft::io::use_task_t&, void(int)>(
+          [](auto handler) { std::move(handler)(7); }, use_task);
+      CHECK(w == 7);
 
-    // Sockets, resolver, async_write and async_read_until.
-    tcp::acceptor a(io.context(), loopback(0));
-    tcp::resolver resolver(io.context());
-    auto [rec, results] = co_await resolver.async_resolve("127.0.0.1", std::to_string(a.local_endpoint().port()),
-                                                          tcp::resolver::numeric_host | tcp::resolver::numeric_service,
-                                                          use_task);
-    REQUIRE_FALSE(rec);
-    REQUIRE(results.size() == 1);
-    tcp::socket c(io.context());
-    auto connecting = [&]() -> weft::task<std::error_code> {
-      auto [e, ep] = co_await asio::async_connect(c, results, use_task);
-      co_return e;
+      // Sockets, resolver, async_write and async_read_until.
+      tcp::acceptor a(io.context(), loopback(0));
+      tcp::resolver resolver(io.context());
+      auto [rec, results] =
+          co_await resolver.async_resolve("127.0.0.1", std::to_string(a.local_endpoint().port()),
+                                          tcp::resolver::numeric_host | tcp::resolver::numeric_service, use_task);
+      REQUIRE_FALSE(rec);
+      REQUIRE(results.size() == 1);
+      tcp::socket c(io.context());
+      auto connecting = [&]() -> weft::task<std::error_code> {
+        auto [e, ep] = co_await asio::async_connect(c, results, use_task);
+        co_return e;
+      };
+      auto conn = weft::spawn(connecting()).fork();
+      auto [aec, srv] = co_await a.async_accept(use_task);
+      REQUIRE_FALSE(aec);
+      auto r1 = co_await conn;  // outside the macro: g++-12 evaluates a co_await operand of Catch's macros twice
+      CHECK_FALSE(r1);
+      auto [wec, wn] = co_await asio::async_write(c, asio::buffer(std::string("line one\nline two\n")), use_task);
+      CHECK_FALSE(wec);
+      CHECK(wn == 18);
+      std::string got;
+      auto [lec, ln] = co_await asio::async_read_until(srv, asio::dynamic_buffer(got), '\n', use_task);
+      CHECK_FALSE(lec);
+      CHECK(got.substr(0, ln) == "line one\n");
     };
-    auto conn = weft::spawn(connecting()).fork();
-    auto [aec, srv] = co_await a.async_accept(use_task);
-    REQUIRE_FALSE(aec);
-    auto r1 = co_await conn;  // outside the macro: g++-12 evaluates a co_await operand of Catch's macros twice
-    CHECK_FALSE(r1);
-    auto [wec, wn] = co_await asio::async_write(c, asio::buffer(std::string("line one\nline two\n")), use_task);
-    CHECK_FALSE(wec);
-    CHECK(wn == 18);
-    std::string got;
-    auto [lec, ln] = co_await asio::async_read_until(srv, asio::dynamic_buffer(got), '\n', use_task);
-    CHECK_FALSE(lec);
-    CHECK(got.substr(0, ln) == "line one\n");
-  };
-  weft::sync_wait(io, body());
+    weft::sync_wait(io, body());
 
-  // A pool task awaiting the I/O thread's timer resumes on the pool.
-  auto on_pool = [&]() -> weft::task<int> {
-    int n = 0;
-    for (int i = 0; i < 20; ++i) {
-      asio::steady_timer t(io.context(), 100us);
-      auto ec = co_await t.async_wait(use_task);
-      n += !ec && pool.owns_current_thread();
-    }
-    co_return n;
-  };
-  CHECK(weft::sync_wait(pool, on_pool()) == 20);
+    // A pool task awaiting the I/O thread's timer resumes on the pool.
+    auto on_pool = [&]() -> weft::task<int> {
+      int n = 0;
+      for (int i = 0; i < 20; ++i) {
+        asio::steady_timer t(io.context(), 100us);
+        auto ec = co_await t.async_wait(use_task);
+        n += !ec && pool.owns_current_thread();
+      }
+      co_return n;
+    };
+    CHECK(weft::sync_wait(pool, on_pool()) == 20);
   }
   CHECK(weft_io_test::fd_count() == fds_before);
 }
@@ -339,7 +344,7 @@ TEST_CASE("asio: with_timeout and with_cancel", "[asio]") {
   // From a pool task too (the timer and the cancellation run on the I/O thread).
   auto timed_on_pool = [&]() -> weft::task<bool> {
     auto [ec, n] = co_await weft::io::with_timeout(s.async_read_some(asio::buffer(buf), use_task), 20ms);
-    co_return ec == std::errc::timed_out && n == 0 && pool.owns_current_thread();
+    co_return ec == std::errc::timed_out&& n == 0 && pool.owns_current_thread();
   };
   CHECK(weft::sync_wait(pool, timed_on_pool()));
 
@@ -429,16 +434,21 @@ TEST_CASE("asio: use_task operations watch the awaiting task's stop token", "[as
   c.connect(loopback(a.local_endpoint().port()));
   a.accept(s);
 
-  SECTION("a scope's stop ends waiting timers (also under with_timeout) and a read, from the I/O thread and from a pool") {
+  SECTION(
+      "a scope's stop ends waiting timers (also under with_timeout) and a read, from the I/O thread and from a pool") {
     std::atomic<int> started{0};
     constexpr int k_timers = 200;
     auto [cancelled, ms] = weft::sync_wait(pool, [&]() -> weft::task<std::pair<int, long>> {
       weft::scope<std::error_code> sc;
       for (int i = 0; i < k_timers; ++i) {
-        if (i % 4 == 0) sc.spawn(wait_an_hour(io.context(), started));
-        else if (i % 4 == 1) sc.spawn(weft::spawn(wait_an_hour(io.context(), started)).run_on(io));
-        else if (i % 4 == 2) sc.spawn(wait_an_hour_timed(io.context(), started));
-        else sc.spawn(weft::spawn(wait_an_hour_timed(io.context(), started)).run_on(io));
+        if (i % 4 == 0)
+          sc.spawn(wait_an_hour(io.context(), started));
+        else if (i % 4 == 1)
+          sc.spawn(weft::spawn(wait_an_hour(io.context(), started)).run_on(io));
+        else if (i % 4 == 2)
+          sc.spawn(wait_an_hour_timed(io.context(), started));
+        else
+          sc.spawn(weft::spawn(wait_an_hour_timed(io.context(), started)).run_on(io));
       }
       sc.spawn(read_nothing(s, started));
       while (started.load() < k_timers + 1) {  // (this task runs under no token)
@@ -454,8 +464,9 @@ TEST_CASE("asio: use_task operations watch the awaiting task's stop token", "[as
         if (*ec == std::errc::operation_canceled && *ec == weft::io::error::cancelled) ++n;
       }
       co_await sc.join();
-      co_return std::pair{n, static_cast<long>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                 std::chrono::steady_clock::now() - t0).count())};
+      co_return std::pair{
+          n, static_cast<long>(
+                 std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count())};
     }());
     CHECK(cancelled == k_timers + 1);
     CHECK(ms < 2000);
@@ -513,9 +524,12 @@ TEST_CASE("asio: use_task operations watch the awaiting task's stop token", "[as
         co_return v.value_or(std::make_error_code(std::errc::invalid_argument));
       }());
       stopper.join();
-      if (!ec) ++completed;
-      else if (ec == std::errc::operation_canceled) ++cancelled;
-      else ++other;
+      if (!ec)
+        ++completed;
+      else if (ec == std::errc::operation_canceled)
+        ++cancelled;
+      else
+        ++other;
     }
     CHECK(other == 0);
     CHECK(completed + cancelled == rounds);

@@ -28,13 +28,20 @@ enum class outcome { ok, eof, reset, refused, cancelled, timed_out, other };
 
 const char* name(outcome o) {
   switch (o) {
-    case outcome::ok: return "ok";
-    case outcome::eof: return "eof";
-    case outcome::reset: return "reset";
-    case outcome::refused: return "refused";
-    case outcome::cancelled: return "cancelled";
-    case outcome::timed_out: return "timed_out";
-    case outcome::other: return "other";
+    case outcome::ok:
+      return "ok";
+    case outcome::eof:
+      return "eof";
+    case outcome::reset:
+      return "reset";
+    case outcome::refused:
+      return "refused";
+    case outcome::cancelled:
+      return "cancelled";
+    case outcome::timed_out:
+      return "timed_out";
+    case outcome::other:
+      return "other";
   }
   return "?";
 }
@@ -45,7 +52,8 @@ outcome classify(const std::error_code& ec) {
   if (ec == weft::io::error::eof) return outcome::eof;
   if (ec == std::errc::connection_reset) return outcome::reset;
   if (ec == std::errc::connection_refused) return outcome::refused;
-  if (ec == std::errc::operation_canceled) return ec == weft::io::error::cancelled ? outcome::cancelled : outcome::other;
+  if (ec == std::errc::operation_canceled)
+    return ec == weft::io::error::cancelled ? outcome::cancelled : outcome::other;
   if (ec == std::errc::timed_out) return ec == weft::io::error::timed_out ? outcome::timed_out : outcome::other;
   return outcome::other;
 }
@@ -96,13 +104,16 @@ TEST_CASE("io errors: one handler classifies every outcome alike over io_uring a
       const int client = connect_plain(aport);
       auto [aec, s] = co_await acceptor.async_accept(use_task);
       REQUIRE_FALSE(aec);
-      if (reset) reset_close(client);
-      else ::close(client);
+      if (reset)
+        reset_close(client);
+      else
+        ::close(client);
       auto [ec, n] = co_await s.async_read_some(asio::buffer(buf), use_task);
       got.push_back(classify(ec));
     }
     tcp::socket refused(aio.context());
-    got.push_back(classify(co_await refused.async_connect({asio::ip::address_v4::loopback(), closed_port()}, use_task)));
+    got.push_back(
+        classify(co_await refused.async_connect({asio::ip::address_v4::loopback(), closed_port()}, use_task)));
     const int client = connect_plain(aport);
     auto [aec, s] = co_await acceptor.async_accept(use_task);
     REQUIRE_FALSE(aec);
@@ -132,8 +143,10 @@ TEST_CASE("io errors: one handler classifies every outcome alike over io_uring a
       const int client = connect_plain(uport);
       auto [aec, s] = co_await l.accept();
       REQUIRE_FALSE(aec);
-      if (reset) reset_close(client);
-      else ::close(client);
+      if (reset)
+        reset_close(client);
+      else
+        ::close(client);
       auto [ec, n] = co_await s.read_some(buf, sizeof buf);
       got.push_back(classify(ec));
     }

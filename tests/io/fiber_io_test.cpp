@@ -20,8 +20,8 @@
 #include <cstdint>
 #include <cstring>
 #include <stdexcept>
-#include <system_error>
 #include <string>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -179,8 +179,8 @@ TEST_CASE("a fiber reads and writes an Asio socket through use_task", "[fiber][a
   auto client = weft::spawn_fiber(
       [&] {
         asio::ip::tcp::socket s{ex.context()};
-        const std::error_code cec = weft::await(
-            s.async_connect({asio::ip::make_address("127.0.0.1"), port}, weft::io::use_task));
+        const std::error_code cec =
+            weft::await(s.async_connect({asio::ip::make_address("127.0.0.1"), port}, weft::io::use_task));
         if (cec) throw std::system_error(cec);
         int ok = 0;
         for (int i = 0; i < k_messages; ++i) {

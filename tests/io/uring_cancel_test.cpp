@@ -83,9 +83,10 @@ TEST_CASE("uring: a cancel queued for a closed socket does not cancel the socket
   weft::sync_wait(*io, again());
 }
 
-TEST_CASE("uring: a watchdog cancelling one stream while its owner closes and reconnects never cancels another "
-          "socket's operation",
-          "[io][uring][stress]") {
+TEST_CASE(
+    "uring: a watchdog cancelling one stream while its owner closes and reconnects never cancels another "
+    "socket's operation",
+    "[io][uring][stress]") {
   auto io = weft_io_test::make_uring_or_skip();
   if (!io) return;
   tcp_listener l(*io);
@@ -151,7 +152,8 @@ TEST_CASE("uring: a watchdog cancelling one stream while its owner closes and re
 
 // with_cancel over a ring operation takes a std::stop_token (weft/stop.hpp's model): a
 // stop requested before the start, while pending, and racing the operation's own end.
-weft::task<std::error_code> stoppable_sleep(weft::io::uring_context& io, std::chrono::nanoseconds d, std::stop_token t) {
+weft::task<std::error_code> stoppable_sleep(weft::io::uring_context& io, std::chrono::nanoseconds d,
+                                            std::stop_token t) {
   co_return co_await weft::io::with_cancel(weft::io::sleep_for(io, d), std::move(t));
 }
 
@@ -195,9 +197,12 @@ TEST_CASE("uring: with_cancel over a std::stop_token", "[io][uring]") {
       std::thread stopper([&] { stop.request_stop(); });
       auto ec = weft::sync_wait(pool, stoppable_sleep(*io, std::chrono::microseconds(i % 20), stop.get_token()));
       stopper.join();
-      if (!ec) ++completed;
-      else if (ec == std::errc::operation_canceled) ++cancelled;
-      else ++other;
+      if (!ec)
+        ++completed;
+      else if (ec == std::errc::operation_canceled)
+        ++cancelled;
+      else
+        ++other;
     }
     CHECK(other == 0);
     CHECK(completed + cancelled == rounds);

@@ -13,10 +13,10 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdint>
 #include <cstddef>
-#include <thread>
+#include <cstdint>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "io_support.hpp"
@@ -108,8 +108,7 @@ bool multishot_or_skip(weft::io::uring_context& io) {
 
 }  // namespace
 
-TEST_CASE("uring: a listener that is not accepting holds no more than its bound, then accepts again",
-          "[io][uring]") {
+TEST_CASE("uring: a listener that is not accepting holds no more than its bound, then accepts again", "[io][uring]") {
   if (!weft_io_test::make_uring_or_skip()) return;
   constexpr int k_backlog = 4;
   constexpr int k_bound = 2 * k_backlog + 1;  // the documented bound (tcp_listener::listen)

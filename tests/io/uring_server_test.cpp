@@ -92,8 +92,7 @@ int lowest_free_fd() {
 
 }  // namespace
 
-TEST_CASE("uring server: half-closed clients see EOF while the server still runs; fds come back",
-          "[io][uring]") {
+TEST_CASE("uring server: half-closed clients see EOF while the server still runs; fds come back", "[io][uring]") {
   auto io = weft_io_test::make_uring_or_skip();
   if (!io) return;
   constexpr int k_clients = 500;
@@ -134,8 +133,7 @@ TEST_CASE("uring server: half-closed clients see EOF while the server still runs
   CHECK(accept_errors == 0);
 }
 
-TEST_CASE("uring server: out of descriptors, accept fails, the server backs off and serves everyone",
-          "[io][uring]") {
+TEST_CASE("uring server: out of descriptors, accept fails, the server backs off and serves everyone", "[io][uring]") {
   auto io = weft_io_test::make_uring_or_skip();
   if (!io) return;
   constexpr int k_clients = 40;
@@ -157,7 +155,7 @@ TEST_CASE("uring server: out of descriptors, accept fails, the server backs off 
   failures fail;
   for (int fd : clients)
     if (!plain_connect(fd, ep)) fail.add("connect failed");  // all queued at once
-  for (int fd : clients) {  // in accept order: each one served frees a descriptor
+  for (int fd : clients) {                                   // in accept order: each one served frees a descriptor
     if (auto why = echo_then_eof(fd, false); !why.empty()) fail.add(why);
     ::close(fd);
   }

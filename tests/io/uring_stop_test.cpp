@@ -74,7 +74,7 @@ TEST_CASE("uring stop: every operation ends at once under a token stopped before
     tcp_stream idle(*io);
     const auto r = co_await idle.read_some(buf, sizeof buf);
     const auto w = co_await idle.write_all(buf, sizeof buf);
-    co_return slept == std::errc::operation_canceled && aec == std::errc::operation_canceled && !a.is_open() &&
+    co_return slept == std::errc::operation_canceled&& aec == std::errc::operation_canceled && !a.is_open() &&
         cec == std::errc::operation_canceled && !s.is_open() && r.ec == std::errc::operation_canceled &&
         w.ec == std::errc::operation_canceled;
   });
@@ -107,7 +107,7 @@ TEST_CASE("uring stop: every operation waiting is ended by the stop", "[io][urin
         ready.store(true, std::memory_order_release);
         const auto t0 = std::chrono::steady_clock::now();
         const auto slept = co_await weft::io::sleep_for(*io, 1h);
-        co_return slept == std::errc::operation_canceled && std::chrono::steady_clock::now() - t0 < 10s;
+        co_return slept == std::errc::operation_canceled&& std::chrono::steady_clock::now() - t0 < 10s;
       });
       stopper.join();
       CHECK(ok);
@@ -127,9 +127,8 @@ TEST_CASE("uring stop: every operation waiting is ended by the stop", "[io][urin
       // reads (it blocks once the socket buffers are full: write_all suspends).
       const int peer = connect_plain(ep);
       REQUIRE(peer >= 0);
-      auto [aec, conn] = weft::sync_wait(*io, [&]() -> weft::task<weft::io::accept_result> {
-        co_return co_await l.accept();
-      }());
+      auto [aec, conn] =
+          weft::sync_wait(*io, [&]() -> weft::task<weft::io::accept_result> { co_return co_await l.accept(); }());
       REQUIRE_FALSE(aec);
       std::stop_source stop3;
       std::atomic<bool> ready3{false};
@@ -140,8 +139,7 @@ TEST_CASE("uring stop: every operation waiting is ended by the stop", "[io][urin
         char buf[16];
         auto [rec, n] = co_await conn.read_some(buf, sizeof buf);
         auto [wec, sent] = co_await conn.write_all(big.data(), big.size());  // stopped already: at once
-        co_return rec == std::errc::operation_canceled && n == 0 && wec == std::errc::operation_canceled &&
-            sent == 0;
+        co_return rec == std::errc::operation_canceled&& n == 0 && wec == std::errc::operation_canceled&& sent == 0;
       });
       stopper3.join();
       CHECK(rw);
@@ -189,9 +187,12 @@ TEST_CASE("uring stop: a stop racing the operation's own end: one outcome, nothi
       co_return ec == std::errc::operation_canceled ? 0 : -1;
     });
     racer.join();
-    if (r == 1) ++accepted;
-    else if (r == 0) ++cancelled;
-    else ++other;
+    if (r == 1)
+      ++accepted;
+    else if (r == 0)
+      ++cancelled;
+    else
+      ++other;
   }
   CHECK(other == 0);
   // Every connection that was not accepted in its round is still queued: take them all.
@@ -361,9 +362,8 @@ TEST_CASE("uring stop: weft::with_timeout on accept and on write_all to a peer t
   CHECK_FALSE(r.value->stream.is_open());
   const int peer = connect_plain(ep);
   REQUIRE(peer >= 0);
-  auto [aec, conn] = weft::sync_wait(*io, [&]() -> weft::task<weft::io::accept_result> {
-    co_return co_await l.accept();
-  }());
+  auto [aec, conn] =
+      weft::sync_wait(*io, [&]() -> weft::task<weft::io::accept_result> { co_return co_await l.accept(); }());
   REQUIRE_FALSE(aec);
 
   // write_all of 64 MiB to a peer that never reads: suspends once the buffers are full,

@@ -46,9 +46,8 @@ using read_op = weft::io::detail::transfer_awaitable;
 template <class A>
 concept timeout_accepts = requires(A&& a) { weft::io::with_timeout(std::forward<A>(a), 1ms); };
 template <class A>
-concept cancel_accepts = requires(A&& a, const weft::io::cancel_source& s) {
-  weft::io::with_cancel(std::forward<A>(a), s);
-};
+concept cancel_accepts =
+    requires(A&& a, const weft::io::cancel_source& s) { weft::io::with_cancel(std::forward<A>(a), s); };
 static_assert(timeout_accepts<read_op> && !timeout_accepts<read_op&> && !timeout_accepts<const read_op&>);
 static_assert(cancel_accepts<read_op> && !cancel_accepts<read_op&>);
 static_assert(cancel_accepts<weft::io::detail::sleep_awaitable> && !cancel_accepts<weft::io::detail::sleep_awaitable&>);
@@ -66,16 +65,21 @@ weft::task<void> echo_session(tcp_stream s, server_stats& st) {
   for (;;) {
     auto [ec, n] = co_await s.read_some(buf, sizeof buf);
     if (ec) {
-      if (ec == weft::io::error::eof) st.eofs.fetch_add(1);
-      else if (ec == std::errc::connection_reset) st.resets.fetch_add(1);
-      else st.other_errors.fetch_add(1);
+      if (ec == weft::io::error::eof)
+        st.eofs.fetch_add(1);
+      else if (ec == std::errc::connection_reset)
+        st.resets.fetch_add(1);
+      else
+        st.other_errors.fetch_add(1);
       break;
     }
     st.bytes.fetch_add(n);
     auto [ec2, m] = co_await s.write_all(buf, n);
     if (ec2 || m != n) {
-      if (ec2 == std::errc::connection_reset || ec2 == std::errc::broken_pipe) st.resets.fetch_add(1);
-      else st.other_errors.fetch_add(1);
+      if (ec2 == std::errc::connection_reset || ec2 == std::errc::broken_pipe)
+        st.resets.fetch_add(1);
+      else
+        st.other_errors.fetch_add(1);
       break;
     }
   }
@@ -143,11 +147,11 @@ weft::task<client_outcome> echo_client(uring_context& ctx, endpoint ep, std::uin
 }
 
 weft::task<std::vector<client_outcome>> all_clients(uring_context& ctx, endpoint ep, std::size_t conns,
-                                                     std::size_t messages, std::size_t reset_every, failures& f) {
+                                                    std::size_t messages, std::size_t reset_every, failures& f) {
   std::vector<weft::task<client_outcome>> ts;
   for (std::size_t i = 0; i < conns; ++i)
-    ts.push_back(echo_client(ctx, ep, static_cast<std::uint32_t>(i), messages,
-                             reset_every != 0 && i % reset_every == 0, f));
+    ts.push_back(
+        echo_client(ctx, ep, static_cast<std::uint32_t>(i), messages, reset_every != 0 && i % reset_every == 0, f));
   co_return co_await weft::spawn_many(std::move(ts));
 }
 
@@ -173,7 +177,8 @@ void run_echo(uring_context& server, weft::executor& clients, uring_context& cli
     const bool r = reset_every != 0 && i % reset_every == 0;
     CHECK(outcomes[i].reset == r);
     const std::size_t want = r ? messages / 2 : messages;
-    if (outcomes[i].echoed != want) FAIL_CHECK("connection " << i << " echoed " << outcomes[i].echoed << " of " << want);
+    if (outcomes[i].echoed != want)
+      FAIL_CHECK("connection " << i << " echoed " << outcomes[i].echoed << " of " << want);
     resets += r;
     echoed += outcomes[i].echoed;
     expected += want;
@@ -215,8 +220,10 @@ TEST_CASE("uring: pool tasks await uring operations and resume on the pool", "[u
       int n = 0;
       for (int i = 0; i < 20; ++i) {
         auto ec = co_await weft::io::sleep_for(*io, 100us);
-        if (!ec && pool.owns_current_thread()) ++n;
-        else off_pool.fetch_add(1);
+        if (!ec && pool.owns_current_thread())
+          ++n;
+        else
+          off_pool.fetch_add(1);
       }
       co_return n;
     };
@@ -277,7 +284,8 @@ TEST_CASE("uring: timeouts and cancellation", "[uring]") {
 
     auto body = [&]() -> weft::task<void> {
       tcp_stream c(*io);
-      auto r1 = co_await c.connect(ep);  // outside the macro: g++-12 evaluates a co_await operand of Catch's macros twice
+      auto r1 =
+          co_await c.connect(ep);  // outside the macro: g++-12 evaluates a co_await operand of Catch's macros twice
       REQUIRE_FALSE(r1);
       auto [ec, s] = co_await l.accept();
       REQUIRE_FALSE(ec);
@@ -498,9 +506,12 @@ namespace {
     weft::io::uring_context io;
   } catch (const weft::io::uring_unavailable& e) {
     const std::string what = e.what();
-    if (e.code() != std::errc::operation_not_permitted) code = 3;
-    else if (what.find("EPERM") == std::string::npos || what.find("seccomp") == std::string::npos) code = 4;
-    else code = 0;
+    if (e.code() != std::errc::operation_not_permitted)
+      code = 3;
+    else if (what.find("EPERM") == std::string::npos || what.find("seccomp") == std::string::npos)
+      code = 4;
+    else
+      code = 0;
   }
   if (code == 0) {
     weft::io::asio_executor asio_io;
@@ -566,8 +577,7 @@ TEST_CASE("uring: once destruction began, an operation from another thread is re
   destroyer.join();
 }
 
-TEST_CASE("uring: a listener closed from another thread after the loop ended is released with the context",
-          "[uring]") {
+TEST_CASE("uring: a listener closed from another thread after the loop ended is released with the context", "[uring]") {
   auto io = weft_io_test::make_uring_or_skip();
   if (!io) return;
   tcp_listener l(*io);

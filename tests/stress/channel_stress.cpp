@@ -34,7 +34,7 @@ struct shared_state {
       : ch(capacity), delivered(k_per_producer * k_producers), accepted(k_per_producer * k_producers) {}
   weft::channel<std::uint32_t> ch;
   std::vector<std::atomic<std::uint8_t>> delivered;  // times each id was pulled
-  std::vector<std::uint8_t> accepted;                 // its push returned true (one writer per id)
+  std::vector<std::uint8_t> accepted;                // its push returned true (one writer per id)
   std::atomic<std::size_t> delivered_total{0};
   std::atomic<int> producers_done{0};
 
@@ -166,7 +166,7 @@ void one_round(std::mt19937& rng, std::size_t capacity) {
   INFO("capacity " << capacity << ", close after " << close_after << " of " << total);
   CHECK(duplicated == 0);
   CHECK(s.out_of_order.load() == 0);  // FIFO per producer, as each consumer sees it
-  CHECK(mismatched == 0);  // delivered exactly when accepted: nothing lost, nothing invented
+  CHECK(mismatched == 0);             // delivered exactly when accepted: nothing lost, nothing invented
   CHECK(delivered == accepted);
   CHECK(accepted <= total);
   std::uint32_t leftover = 0;

@@ -63,10 +63,10 @@ void post_from_8_threads() {
   CHECK(once == total);
 }
 
-} // namespace
+}  // namespace
 
-TEMPLATE_LIST_TEST_CASE("stress: 8 plain threads post concurrently; every post runs exactly once",
-                        "[stress]", weft_test::all_executors) {
+TEMPLATE_LIST_TEST_CASE("stress: 8 plain threads post concurrently; every post runs exactly once", "[stress]",
+                        weft_test::all_executors) {
   for (int round = 0; round < weft_test::rounds(5, 1); ++round) post_from_8_threads<TestType>();
 }
 

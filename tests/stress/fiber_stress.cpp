@@ -31,8 +31,8 @@ std::thread::id (*volatile g_thread_id)() = [] { return std::this_thread::get_id
 
 struct outcome {
   std::uint64_t sum = 0;
-  int fresh_tls = 0;   // resumptions that saw the right executor in thread-locals
-  int hops = 0;        // resumptions that changed thread
+  int fresh_tls = 0;  // resumptions that saw the right executor in thread-locals
+  int hops = 0;       // resumptions that changed thread
   bool exception_ok = false;
 };
 

@@ -124,8 +124,8 @@ TEST_CASE("frame stack: pops in stack order, marks out of order, reclaims marked
   REQUIRE_FALSE(frame_ends_at(addr(a), s.m_top));
   REQUIRE(frame_ends_at(addr(a), addr(c)));
   REQUIRE_FALSE(frame_ends_at(addr(c) + 64, s.m_top));  // inside the top frame
-  REQUIRE_FALSE(frame_ends_at(addr(c), 0));              // no stack
-  REQUIRE(frame_stack_release(&s, a, 128));              // marked: bit 0 of its footer
+  REQUIRE_FALSE(frame_ends_at(addr(c), 0));             // no stack
+  REQUIRE(frame_stack_release(&s, a, 128));             // marked: bit 0 of its footer
   REQUIRE_FALSE(frame_ends_at(addr(a), addr(c)));
   free_frame(&s, c, 192);
   REQUIRE(s.m_top == empty_top);
@@ -180,8 +180,7 @@ TEST_CASE("frame stack: pops in stack order, marks out of order, reclaims marked
   REQUIRE_FALSE(frame_stack_release(nullptr, heap.p, 128));
 }
 
-TEST_CASE("frame stack: owner and remote threads free in any order; no live frame is reused",
-          "[stress][frame_stack]") {
+TEST_CASE("frame stack: owner and remote threads free in any order; no live frame is reused", "[stress][frame_stack]") {
   constexpr int k_remotes = 2;
   constexpr std::size_t k_pushes = 60'000;
   block b(256 * 1024);

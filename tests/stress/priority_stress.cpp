@@ -42,7 +42,7 @@ weft::task<void> fork_interleaved(std::vector<unsigned>& order, std::latch& done
   co_return;
 }
 
-} // namespace
+}  // namespace
 
 TEST_CASE("stress: posted work at priority 0 runs before priority 2 behind a busy worker", "[stress][priority]") {
   constexpr std::size_t k_tasks = 2'000;

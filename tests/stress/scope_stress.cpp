@@ -12,12 +12,12 @@
 
 #include "sync.hpp"
 
+#include <sys/resource.h>
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <functional>
 #include <stop_token>
-#include <sys/resource.h>
 #include <thread>
 
 namespace {
@@ -92,8 +92,8 @@ TEST_CASE("scope stress: a million short children, at most 1,000 alive, are reap
     CHECK(ran.load() == total + 10'000);
     // Frames alive never pass the children alive (1,000) plus those finishing meanwhile.
     CHECK(r.most_alive <= 1000 + 64);
-    WARN(threads << " thread(s): max RSS grew by " << grew << " KiB over " << total
-                 << " children; at most " << r.most_alive << " child frames alive");
+    WARN(threads << " thread(s): max RSS grew by " << grew << " KiB over " << total << " children; at most "
+                 << r.most_alive << " child frames alive");
     CHECK(grew < 4 * 1024);  // memory follows the children alive, not those ever spawned
   }
 }

@@ -60,9 +60,7 @@ TEST_CASE("segment_queue stress: one push end and one pull end, every element on
   const auto n = static_cast<std::uint64_t>(weft_test::rounds(2'000'000, 200'000));
   constexpr std::size_t unbounded = static_cast<std::size_t>(-1);
   SECTION("unbounded, the popper keeping up (the spare segment reused)") { CHECK(run_round(n, unbounded, 0) == 0); }
-  SECTION("unbounded, the popper pausing (a backlog, larger segments)") {
-    CHECK(run_round(n, unbounded, n / 32) == 0);
-  }
+  SECTION("unbounded, the popper pausing (a backlog, larger segments)") { CHECK(run_round(n, unbounded, n / 32) == 0); }
   SECTION("bounded at 1,000 (the push end re-reading the pull end's count)") { CHECK(run_round(n, 1000, 0) == 0); }
   SECTION("bounded at 1") { CHECK(run_round(n / 20, 1, 0) == 0); }
   CHECK(g_live.load() == 0);

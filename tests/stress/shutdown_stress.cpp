@@ -29,7 +29,7 @@ weft::task<void> count_and_spawn(std::atomic<std::size_t>& ran, tracker t) {
   co_return;
 }
 
-} // namespace
+}  // namespace
 
 TEST_CASE("stress: pool destroyed with posts queued behind a busy worker", "[stress][shutdown]") {
   for (int round = 0; round < weft_test::rounds(50, 5); ++round) {

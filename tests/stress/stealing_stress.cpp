@@ -63,7 +63,7 @@ weft::task<std::uint64_t> mixed_sum(std::uint64_t lo, std::uint64_t hi, unsigned
 
 constexpr std::uint64_t gauss(std::uint64_t n) { return n * (n - 1) / 2; }
 
-} // namespace
+}  // namespace
 
 TEMPLATE_LIST_TEST_CASE("stress: a binary fork tree of 2^17 leaves, many rounds", "[stress]",
                         weft_test::all_executors) {
@@ -114,7 +114,8 @@ weft::task<std::uint64_t> uneven_child(std::uint64_t seed, unsigned depth, int f
   if (index == fail_at) throw std::runtime_error("child " + std::to_string(index));
   if (depth == 0) co_return seed;
   std::vector<weft::task<std::uint64_t>> kids;
-  for (std::uint64_t k = 0; k < 12; ++k) kids.push_back(uneven_child(seed * 12 + k, depth - 1, -1, static_cast<int>(k)));
+  for (std::uint64_t k = 0; k < 12; ++k)
+    kids.push_back(uneven_child(seed * 12 + k, depth - 1, -1, static_cast<int>(k)));
   std::uint64_t s = 0;
   for (auto v : co_await weft::spawn_many(std::move(kids))) s += v;
   co_return s;
@@ -144,7 +145,9 @@ TEMPLATE_LIST_TEST_CASE("stress: spawn_many joins children stolen anywhere in th
     REQUIRE(got == uneven_expected(seed, 2));
     // Two failing children: the lower index is rethrown, after every child finished.
     const int a = round % 12, b = (round * 7 + 3) % 12;
-    REQUIRE_THROWS_WITH(weft::sync_wait(pool, [](std::uint64_t s, int fa, int fb) -> weft::task<std::uint64_t> {
+    REQUIRE_THROWS_WITH(
+        weft::sync_wait(pool,
+                        [](std::uint64_t s, int fa, int fb) -> weft::task<std::uint64_t> {
                           std::vector<weft::task<std::uint64_t>> ts;
                           for (int k = 0; k < 12; ++k)
                             ts.push_back(uneven_child(s + static_cast<std::uint64_t>(k), 1, k == fb ? k : fa, k));
@@ -152,7 +155,7 @@ TEMPLATE_LIST_TEST_CASE("stress: spawn_many joins children stolen anywhere in th
                           for (auto v : co_await weft::spawn_many(std::move(ts))) sum += v;
                           co_return sum;
                         }(seed, a, b)),
-                        "child " + std::to_string(std::min(a, b)));
+        "child " + std::to_string(std::min(a, b)));
   }
 }
 
@@ -176,7 +179,8 @@ weft::task<std::uint64_t> uneven_fixed(std::uint64_t seed, unsigned depth) {
       s += v;
   } else {
     const std::size_t n = 1 + seed % 12;  // 1..12 of up to 12
-    for (auto v : co_await weft::spawn_many<12>(n, [&](std::size_t k) { return uneven_fixed(seed * 12 + k, depth - 1); }))
+    for (auto v :
+         co_await weft::spawn_many<12>(n, [&](std::size_t k) { return uneven_fixed(seed * 12 + k, depth - 1); }))
       s += v;
   }
   co_return s;

@@ -146,8 +146,7 @@ weft::task<bool> wait_one(weft::auto_reset_event& e) {
 // side comes first and shrinks otherwise), so that either side comes first about as
 // often, and the wait may be queued or still on its way. Then checks check(completed).
 template <class Make, class Serve, class Check>
-weft::task<void> race_round(weft::executor& waiters, int r, helper& st, tally& t, Make make, Serve serve,
-                            Check check) {
+weft::task<void> race_round(weft::executor& waiters, int r, helper& st, tally& t, Make make, Serve serve, Check check) {
   std::stop_source src;
   std::optional<bool> completed;
   {
@@ -156,11 +155,15 @@ weft::task<void> race_round(weft::executor& waiters, int r, helper& st, tally& t
     s.spawn(weft::spawn(make()).run_on(waiters));  // the driver spins below: not on its thread
     g_ready.wait(false, std::memory_order_acquire);
     const auto stop = [&src] { src.request_stop(); };
-    if (r % 2 == 0) st.go(r, stop);
-    else st.go(r, serve);
+    if (r % 2 == 0)
+      st.go(r, stop);
+    else
+      st.go(r, serve);
     for (int i = t.spin; i > 0; --i) weft::detail::cpu_relax();
-    if (r % 2 == 0) serve();
-    else stop();
+    if (r % 2 == 0)
+      serve();
+    else
+      stop();
     completed = co_await s.next();
     co_await s.join();
   }

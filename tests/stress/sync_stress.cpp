@@ -111,8 +111,7 @@ TEST_CASE("sync stress: weft::semaphore never exceeds its permits", "[semaphore]
   CHECK(weft_test::g_failures.load() == 0);
 }
 
-TEST_CASE("sync stress: auto_reset_event hand-over between a pool and a thread loses nothing",
-          "[event][stress]") {
+TEST_CASE("sync stress: auto_reset_event hand-over between a pool and a thread loses nothing", "[event][stress]") {
   weft::thread_pool pool{{.threads = 2}};
   weft::auto_reset_event to_task, to_thread;
   long shared = 0;  // written alternately by the task and the thread, ordered by the events

@@ -26,8 +26,7 @@ struct low_result {
 // Yields in a loop until the high-priority task has run (or the bound is hit).
 weft::task<void> low_loop(gate& started, const std::atomic<bool>& high_ran, low_result& out, std::latch& done) {
   started.open();
-  for (long i = 0; i < k_limit && !high_ran.load(std::memory_order_acquire); ++i)
-    co_await weft::yield_if_requested();
+  for (long i = 0; i < k_limit && !high_ran.load(std::memory_order_acquire); ++i) co_await weft::yield_if_requested();
   out.saw_high = high_ran.load(std::memory_order_acquire);
   done.count_down();
 }
@@ -38,7 +37,7 @@ weft::task<void> high(std::atomic<bool>& ran, std::latch& done) {
   co_return;
 }
 
-} // namespace
+}  // namespace
 
 TEST_CASE("stress: a yielding low-priority loop lets a posted high-priority task run first", "[stress][yield]") {
   for (std::size_t threads : {1u, 2u}) {

@@ -20,10 +20,10 @@ struct pool_fixture {
   static weft::thread_pool make() { return weft::thread_pool{{.threads = Threads}}; }
 };
 
-struct pool_1 : pool_fixture<1> {}; ///< one worker: every fork runs on the same thread
-struct pool_2 : pool_fixture<2> {}; ///< as many workers as CI cores
-struct pool_4 : pool_fixture<4> {}; ///< oversubscribed on CI: preemption mid-protocol
+struct pool_1 : pool_fixture<1> {};  ///< one worker: every fork runs on the same thread
+struct pool_2 : pool_fixture<2> {};  ///< as many workers as CI cores
+struct pool_4 : pool_fixture<4> {};  ///< oversubscribed on CI: preemption mid-protocol
 
 using all_executors = std::tuple<pool_1, pool_2, pool_4>;
 
-} // namespace weft_test
+}  // namespace weft_test

@@ -118,4 +118,4 @@ class pool_in_shutdown {
   std::thread m_destroyer;
 };
 
-} // namespace weft_test
+}  // namespace weft_test

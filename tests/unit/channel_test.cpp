@@ -20,8 +20,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
-#include <mutex>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <thread>
@@ -375,7 +375,8 @@ TEST_CASE("channel: bulk push and pull", "[channel]") {
   auto body = [&]() -> weft::task<std::vector<int>> {
     auto reader = [&]() -> weft::task<std::vector<int>> {
       std::vector<int> got;
-      while (co_await bulk.pull_n(std::back_inserter(got), 100) != 0) {}
+      while (co_await bulk.pull_n(std::back_inserter(got), 100) != 0) {
+      }
       co_return got;
     };
     auto r = weft::spawn(reader()).fork();
@@ -419,7 +420,7 @@ TEST_CASE("channel: works on an executor that is not a thread_pool", "[channel]"
 TEST_CASE("channel: a long backlog grows into large segments and drains in order", "[channel]") {
   no_failures_at_exit guard;
   weft::channel<std::uint64_t> ch;
-  constexpr std::uint64_t k_n = 3'000'000;  // 24 MB: several 2 MiB segments
+  constexpr std::uint64_t k_n = 3'000'000;   // 24 MB: several 2 MiB segments
   for (int round = 0; round < 2; ++round) {  // the second round reuses nothing it freed
     bool pushed = true;
     for (std::uint64_t i = 0; i < k_n; ++i) pushed &= ch.try_push(i) == channel_status::ok;

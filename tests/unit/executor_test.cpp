@@ -17,7 +17,7 @@ namespace {
 weft::task<weft::executor*> where() { co_return weft::current_executor(); }
 weft::task<unsigned> priority() { co_return weft::current_priority(); }
 
-} // namespace
+}  // namespace
 
 static_assert(std::is_base_of_v<std::runtime_error, weft::shutdown_error>);
 static_assert(std::is_base_of_v<weft::executor, weft::thread_pool>);
@@ -42,8 +42,7 @@ TEMPLATE_LIST_TEST_CASE("current_priority is the priority the task was queued at
   for (unsigned p = 0; p < pool.priorities(); ++p) CHECK(weft::sync_wait(pool, priority(), p) == p);
 }
 
-TEST_CASE("check_priority accepts 0..priorities()-1 and throws std::out_of_range naming the caller",
-          "[executor]") {
+TEST_CASE("check_priority accepts 0..priorities()-1 and throws std::out_of_range naming the caller", "[executor]") {
   weft::thread_pool pool{{.threads = 1, .priorities = 3}};
   CHECK_NOTHROW(weft::check_priority(pool, 0, "test"));
   CHECK_NOTHROW(weft::check_priority(pool, 2, "test"));

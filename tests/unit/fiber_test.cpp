@@ -38,7 +38,7 @@ T join(weft::executor& ex, weft::fiber_handle<T> h) {
   return weft::sync_wait(ex, await_handle(std::move(h)));
 }
 
-weft::task<int> square(int x) { co_return x * x; }
+weft::task<int> square(int x) { co_return x* x; }
 weft::task<int> throws_logic() {
   throw std::logic_error("task failed");
   co_return 0;
@@ -112,13 +112,13 @@ TEMPLATE_LIST_TEST_CASE("a fiber awaits tasks, forks, spawns and fibers", "[fibe
   auto pool = TestType::make();
   auto h = weft::spawn_fiber(
       [] {
-        std::int64_t sum = weft::await(square(3));                      // a task, inline
-        auto forked = weft::spawn(square(4)).fork();                    // a forked task
+        std::int64_t sum = weft::await(square(3));    // a task, inline
+        auto forked = weft::spawn(square(4)).fork();  // a forked task
         sum += weft::await(square(5));
         sum += weft::await(forked);
-        sum += weft::await(weft::spawn(square(6)));                     // spawn_op
+        sum += weft::await(weft::spawn(square(6)));  // spawn_op
         auto inner = weft::spawn_fiber([] { return weft::await(square(7)) + 1; });
-        sum += weft::await(std::move(inner));                           // another fiber
+        sum += weft::await(std::move(inner));  // another fiber
         return sum;
       },
       {.executor = &pool});
@@ -291,7 +291,9 @@ TEST_CASE("a dropped fiber handle is fire-and-forget", "[fiber]") {
         .detach();
   }
   // And one whose exception is reported, not lost in a crash.
-  { auto dropped = weft::spawn_fiber([]() -> int { throw std::runtime_error("nobody listens"); }, {.executor = &pool}); }
+  {
+    auto dropped = weft::spawn_fiber([]() -> int { throw std::runtime_error("nobody listens"); }, {.executor = &pool});
+  }
   all_done.wait();
   REQUIRE(done.load() == k_fibers);
 }
@@ -325,7 +327,7 @@ void expect_sigsegv_in_child(Spawn spawn) {
   REQUIRE(child >= 0);
   if (child == 0) {
     std::signal(SIGSEGV, SIG_DFL);  // Catch2's handler would report it as a failure
-    ::alarm(30);                     // bounded even if something goes badly wrong
+    ::alarm(30);                    // bounded even if something goes badly wrong
     weft::thread_pool p{{.threads = 1}};
     auto h = spawn(p);
     (void)join(p, std::move(h));
@@ -348,9 +350,8 @@ TEST_CASE("a fiber's deep recursion within its stack works, overflow hits the gu
     return;
   }
   // 64 KiB stack, ~10,000 frames of 512+ bytes: far past the end.
-  expect_sigsegv_in_child([](weft::thread_pool& p) {
-    return weft::spawn_fiber([] { return recurse(10000); }, {.executor = &p});
-  });
+  expect_sigsegv_in_child(
+      [](weft::thread_pool& p) { return weft::spawn_fiber([] { return recurse(10000); }, {.executor = &p}); });
 }
 
 namespace {

@@ -27,7 +27,7 @@ namespace {
 
 using weft_test::tracker;
 
-weft::task<int> square(int i) { co_return i * i; }
+weft::task<int> square(int i) { co_return i* i; }
 weft::task<void> holds(tracker, std::atomic<int>& ran) {
   ran.fetch_add(1, std::memory_order_relaxed);
   co_return;
@@ -48,10 +48,9 @@ weft::task<std::uint64_t> tree(int depth, int fanout) {
   co_return n;
 }
 
-} // namespace
+}  // namespace
 
-TEMPLATE_LIST_TEST_CASE("fork_group: join gives the results in fork order", "[fork_group]",
-                        weft_test::all_executors) {
+TEMPLATE_LIST_TEST_CASE("fork_group: join gives the results in fork order", "[fork_group]", weft_test::all_executors) {
   auto pool = TestType::make();
 
   SECTION("values, size, reuse") {
@@ -66,7 +65,7 @@ TEMPLATE_LIST_TEST_CASE("fork_group: join gives the results in fork order", "[fo
       const bool empty_after = g.size() == 0;
       g.fork(square(12));  // reusable
       auto w = co_await g.join();
-      co_return empty_at_start && counted && in_order && empty_after && w == std::vector<int>{144};
+      co_return empty_at_start&& counted&& in_order&& empty_after&& w == std::vector<int>{144};
     }());
     CHECK(r);
   }
@@ -124,16 +123,17 @@ TEMPLATE_LIST_TEST_CASE("fork_group: fork(fn, args...) forks what fn returns", "
   CHECK(r);
 }
 
-TEMPLATE_LIST_TEST_CASE("fork_group: the lowest-index exception is rethrown after every child finished",
-                        "[fork_group]", weft_test::all_executors) {
+TEMPLATE_LIST_TEST_CASE("fork_group: the lowest-index exception is rethrown after every child finished", "[fork_group]",
+                        weft_test::all_executors) {
   auto pool = TestType::make();
   std::atomic<int> ran{0};
-  CHECK_THROWS_WITH(weft::sync_wait(pool, [](std::atomic<int>& runs) -> weft::task<int> {
-                      weft::fork_group<int> g;
-                      for (int i = 0; i < 40; ++i) g.fork(maybe_throws(i, i % 10 == 9, runs));
-                      auto v = co_await g.join();
-                      co_return static_cast<int>(v.size());
-                    }(ran)),
+  CHECK_THROWS_WITH(weft::sync_wait(pool,
+                                    [](std::atomic<int>& runs) -> weft::task<int> {
+                                      weft::fork_group<int> g;
+                                      for (int i = 0; i < 40; ++i) g.fork(maybe_throws(i, i % 10 == 9, runs));
+                                      auto v = co_await g.join();
+                                      co_return static_cast<int>(v.size());
+                                    }(ran)),
                     "child 9");
   CHECK(ran == 40);
 }
@@ -167,7 +167,7 @@ TEMPLATE_LIST_TEST_CASE("fork_group: forking an empty task throws std::logic_err
       threw = true;
     }
     auto v = co_await g.join();
-    co_return threw && v == std::vector<int>{4};
+    co_return threw&& v == std::vector<int>{4};
   }());
   CHECK(r);
 }
@@ -178,19 +178,19 @@ TEMPLATE_LIST_TEST_CASE("fork_group<void>: a child's frame is freed as soon as i
   weft::thread_pool elsewhere{{.threads = 1}};  // where the parent waits, off the children's workers
   std::atomic<int> live{0};
   std::atomic<int> ran{0};
-  auto r = weft::sync_wait(pool, [](weft::executor& away, std::atomic<int>& alive,
-                                    std::atomic<int>& runs) -> weft::task<bool> {
-    weft::fork_group<> g;
-    for (int i = 0; i < 100; ++i) g.fork(holds(tracker{alive}, runs));
-    co_await weft::resume_on(away);  // the children run on the pool meanwhile
-    // Bounded wait: every child ran and its frame (with its tracker) is gone, not joined yet.
-    const auto until = std::chrono::steady_clock::now() + 10s;
-    while ((runs.load() < 100 || alive.load() != 0) && std::chrono::steady_clock::now() < until)
-      std::this_thread::yield();
-    const bool freed = runs.load() == 100 && alive.load() == 0 && g.size() == 0;
-    co_await g.join();  // from another executor than the children's: resumes there
-    co_return freed;
-  }(elsewhere, live, ran));
+  auto r = weft::sync_wait(
+      pool, [](weft::executor& away, std::atomic<int>& alive, std::atomic<int>& runs) -> weft::task<bool> {
+        weft::fork_group<> g;
+        for (int i = 0; i < 100; ++i) g.fork(holds(tracker{alive}, runs));
+        co_await weft::resume_on(away);  // the children run on the pool meanwhile
+        // Bounded wait: every child ran and its frame (with its tracker) is gone, not joined yet.
+        const auto until = std::chrono::steady_clock::now() + 10s;
+        while ((runs.load() < 100 || alive.load() != 0) && std::chrono::steady_clock::now() < until)
+          std::this_thread::yield();
+        const bool freed = runs.load() == 100 && alive.load() == 0 && g.size() == 0;
+        co_await g.join();  // from another executor than the children's: resumes there
+        co_return freed;
+      }(elsewhere, live, ran));
   CHECK(r);
   CHECK(live == 0);
 }
@@ -205,39 +205,41 @@ TEMPLATE_LIST_TEST_CASE("fork_group<void>: memory is bounded by the children ali
   constexpr int k_batch = 1000;
   // 200,000 children in one group, never joined in between: after each batch has run,
   // nothing of it is left (as a server's accept loop forks connection after connection).
-  auto batches_freed = weft::sync_wait(pool, [](weft::executor& ex, weft::executor& away, std::atomic<int>& alive,
-                                                std::atomic<int>& runs) -> weft::task<int> {
-    weft::fork_group<> g;
-    int freed = 0;
-    for (int b = 0; b < k_batches; ++b) {
-      for (int i = 0; i < k_batch; ++i) g.fork(holds(tracker{alive}, runs));
-      co_await weft::resume_on(away);  // the pool runs the batch meanwhile
-      const int want = (b + 1) * k_batch;
-      const auto until = std::chrono::steady_clock::now() + 5s;
-      while ((runs.load() < want || alive.load() != 0) && std::chrono::steady_clock::now() < until)
-        std::this_thread::yield();
-      co_await weft::resume_on(ex);
-      if (runs.load() != want || alive.load() != 0) break;
-      ++freed;
-    }
-    co_await g.join();
-    co_return freed;
-  }(pool, elsewhere, live, ran));
+  auto batches_freed = weft::sync_wait(
+      pool,
+      [](weft::executor& ex, weft::executor& away, std::atomic<int>& alive, std::atomic<int>& runs) -> weft::task<int> {
+        weft::fork_group<> g;
+        int freed = 0;
+        for (int b = 0; b < k_batches; ++b) {
+          for (int i = 0; i < k_batch; ++i) g.fork(holds(tracker{alive}, runs));
+          co_await weft::resume_on(away);  // the pool runs the batch meanwhile
+          const int want = (b + 1) * k_batch;
+          const auto until = std::chrono::steady_clock::now() + 5s;
+          while ((runs.load() < want || alive.load() != 0) && std::chrono::steady_clock::now() < until)
+            std::this_thread::yield();
+          co_await weft::resume_on(ex);
+          if (runs.load() != want || alive.load() != 0) break;
+          ++freed;
+        }
+        co_await g.join();
+        co_return freed;
+      }(pool, elsewhere, live, ran));
   CHECK(batches_freed == k_batches);
   CHECK(ran == k_batches * k_batch);
   CHECK(live == 0);
 }
 
-TEMPLATE_LIST_TEST_CASE("fork_group<void>: the lowest-index exception, counted from the last join",
-                        "[fork_group]", weft_test::all_executors) {
+TEMPLATE_LIST_TEST_CASE("fork_group<void>: the lowest-index exception, counted from the last join", "[fork_group]",
+                        weft_test::all_executors) {
   auto pool = TestType::make();
   std::atomic<int> ran{0};
   auto first = [](std::atomic<int>& runs) -> weft::task<std::string> {
     weft::fork_group<> g;
-    for (int i = 0; i < 5; ++i) g.fork(weft::task<void>([](std::atomic<int>& r) -> weft::task<void> {
-                                  r.fetch_add(1);
-                                  co_return;
-                                }(runs)));
+    for (int i = 0; i < 5; ++i)
+      g.fork(weft::task<void>([](std::atomic<int>& r) -> weft::task<void> {
+        r.fetch_add(1);
+        co_return;
+      }(runs)));
     co_await g.join();  // no exception: the next round's indices start again at 0
     for (int i = 0; i < 40; ++i)
       g.fork([](int k, std::atomic<int>& r) -> weft::task<void> {

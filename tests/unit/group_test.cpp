@@ -55,8 +55,7 @@ weft::task<std::uint64_t> claim_sum(weft::executor& ex, std::size_t members, std
 
 }  // namespace
 
-TEMPLATE_LIST_TEST_CASE("group: claim covers the space once and reduce sums it", "[group]",
-                        weft_test::all_executors) {
+TEMPLATE_LIST_TEST_CASE("group: claim covers the space once and reduce sums it", "[group]", weft_test::all_executors) {
   auto pool = TestType::make();
   for (std::size_t members : {std::size_t{1}, TestType::k_threads, std::size_t{3}, std::size_t{9}}) {
     for (std::size_t chunk : {std::size_t{1}, std::size_t{7}, std::size_t{5000}}) {
@@ -69,8 +68,7 @@ TEMPLATE_LIST_TEST_CASE("group: claim covers the space once and reduce sums it",
   }
 }
 
-TEMPLATE_LIST_TEST_CASE("group: index and size; members = 0 is one per worker", "[group]",
-                        weft_test::all_executors) {
+TEMPLATE_LIST_TEST_CASE("group: index and size; members = 0 is one per worker", "[group]", weft_test::all_executors) {
   auto pool = TestType::make();
   for (std::size_t members : {std::size_t{0}, std::size_t{1}, std::size_t{5}, std::size_t{64}}) {
     const std::size_t expected = members == 0 ? TestType::k_threads : members;
@@ -236,20 +234,22 @@ TEMPLATE_LIST_TEST_CASE("group: the first exception is rethrown, the others stop
     CHECK(live.load() == 0);
   }
   // A failure inside reduce's combining function, and in a kernel without barriers.
-  REQUIRE_THROWS_WITH(run_on(pool, [&]() -> weft::task<void> {
-                        co_await weft::dispatch(pool, {.members = 5}, [](weft::group& g) {
-                          (void)g.reduce(int(g.index()), [](int a, int b) -> int {
-                            if (b == 3) throw std::logic_error("bad op");
-                            return a + b;
-                          });
-                        });
-                      }()),
+  REQUIRE_THROWS_WITH(run_on(pool,
+                             [&]() -> weft::task<void> {
+                               co_await weft::dispatch(pool, {.members = 5}, [](weft::group& g) {
+                                 (void)g.reduce(int(g.index()), [](int a, int b) -> int {
+                                   if (b == 3) throw std::logic_error("bad op");
+                                   return a + b;
+                                 });
+                               });
+                             }()),
                       "bad op");
-  REQUIRE_THROWS_AS(run_on(pool, [&]() -> weft::task<void> {
-                      co_await weft::dispatch(pool, {.members = 3, .range = 10}, [](weft::group& g) {
-                        if (g.index() == 2) (void)g.claim(0);
-                      });
-                    }()),
+  REQUIRE_THROWS_AS(run_on(pool,
+                           [&]() -> weft::task<void> {
+                             co_await weft::dispatch(pool, {.members = 3, .range = 10}, [](weft::group& g) {
+                               if (g.index() == 2) (void)g.claim(0);
+                             });
+                           }()),
                     std::invalid_argument);
 }
 
@@ -280,11 +280,12 @@ TEMPLATE_LIST_TEST_CASE("group: nested dispatch runs inline on the member", "[gr
   CHECK(wrong_thread.load() == 0);
 
   // Calling the outer group's barrier from an inner member is a clear error.
-  REQUIRE_THROWS_AS(run_on(pool, [&]() -> weft::task<void> {
-                      co_await weft::dispatch(pool, {.members = 2}, [](weft::group& outer) {
-                        weft::dispatch_inline({.members = 2}, [&](weft::group&) { outer.barrier(); });
-                      });
-                    }()),
+  REQUIRE_THROWS_AS(run_on(pool,
+                           [&]() -> weft::task<void> {
+                             co_await weft::dispatch(pool, {.members = 2}, [](weft::group& outer) {
+                               weft::dispatch_inline({.members = 2}, [&](weft::group&) { outer.barrier(); });
+                             });
+                           }()),
                     std::logic_error);
 }
 
@@ -311,8 +312,7 @@ TEMPLATE_LIST_TEST_CASE("group: many groups in flight from fork-join tasks, at s
   constexpr int k_groups = 24;
   auto root = [&]() -> weft::task<std::vector<std::uint64_t>> {
     std::vector<weft::task<std::uint64_t>> ts;
-    for (int i = 0; i < k_groups; ++i)
-      ts.push_back(group_sum(pool, static_cast<unsigned>(i % 4), 1 + i % 6, 1000 + i));
+    for (int i = 0; i < k_groups; ++i) ts.push_back(group_sum(pool, static_cast<unsigned>(i % 4), 1 + i % 6, 1000 + i));
     co_return co_await weft::spawn_many(std::move(ts));
   };
   const auto sums = run_on(pool, root());

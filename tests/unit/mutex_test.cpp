@@ -23,7 +23,7 @@ using weft_test::expect;
 
 struct guarded {
   weft::mutex m;
-  long counter = 0;           // only touched under m
+  long counter = 0;            // only touched under m
   std::atomic<int> inside{0};  // must never exceed 1
   void critical() {
     expect(inside.fetch_add(1, std::memory_order_relaxed) == 0);

@@ -77,10 +77,10 @@ weft::task<bool> fork_then_compute() {
   const bool ran_meanwhile = weft_test::eventually([&] { return ran.load(std::memory_order_acquire); });
   const std::thread::id parent_thread = std::this_thread::get_id();  // the join may resume us elsewhere
   const std::thread::id child_thread = co_await child;
-  co_return ran_meanwhile && child_thread != parent_thread;
+  co_return ran_meanwhile&& child_thread != parent_thread;
 }
 
-} // namespace
+}  // namespace
 
 TEST_CASE("thread_pool: invalid options throw std::invalid_argument", "[pool]") {
   CHECK_THROWS_AS(weft::thread_pool({.threads = 0}), std::invalid_argument);
@@ -160,11 +160,9 @@ TEMPLATE_LIST_TEST_CASE("thread_pool: destruction runs all queued work and what 
   CHECK(live == 0);
 }
 
-TEST_CASE("thread_pool: a pool shutting down refuses posts from outside and still runs what it accepted",
-          "[pool]") {
+TEST_CASE("thread_pool: a pool shutting down refuses posts from outside and still runs what it accepted", "[pool]") {
   weft_test::pool_in_shutdown p;
-  CHECK_THROWS_AS(weft::post(p.pool(), noop()),
-                  weft::shutdown_error);
+  CHECK_THROWS_AS(weft::post(p.pool(), noop()), weft::shutdown_error);
   const std::size_t accepted = p.probes_accepted();
   p.finish();
   CHECK(p.probes_ran() == accepted);
@@ -209,8 +207,7 @@ TEST_CASE("thread_pool: on_unhandled_exception receives detached tasks' exceptio
   std::atomic<int> right_message{0};
   weft::thread_pool* self = nullptr;
   {
-    weft::thread_pool pool{{.threads = 2,
-                            .on_unhandled_exception = [&](std::exception_ptr e) {
+    weft::thread_pool pool{{.threads = 2, .on_unhandled_exception = [&](std::exception_ptr e) {
                               seen.fetch_add(1, std::memory_order_relaxed);
                               if (self != nullptr && self->owns_current_thread())
                                 on_worker.fetch_add(1, std::memory_order_relaxed);
@@ -224,7 +221,9 @@ TEST_CASE("thread_pool: on_unhandled_exception receives detached tasks' exceptio
     self = &pool;
     weft::sync_wait(pool, []() -> weft::task<void> {
       for (int i = 0; i < 50; ++i) weft::spawn(throws_detached(i)).detach();
-      { auto abandoned = weft::spawn(throws_detached(50)).fork(); }  // dropped: detached too
+      {
+        auto abandoned = weft::spawn(throws_detached(50)).fork();
+      }  // dropped: detached too
       co_return;
     }());
     REQUIRE(weft_test::eventually([&] { return seen.load() == 51; }));
@@ -240,15 +239,15 @@ TEST_CASE("thread_pool: on_thread_start and on_thread_stop run once on each work
   std::atomic<unsigned> stopped_mask{0};
   std::atomic<int> started_before_work{0};
   {
-    weft::thread_pool pool{{.threads = k_threads,
-                            .on_thread_start =
-                                [&](std::size_t i) {
-                                  started_mask.fetch_or(1u << i, std::memory_order_relaxed);
-                                  if (weft::current_executor() != nullptr)  // the worker's state is set
-                                    started_before_work.fetch_add(1, std::memory_order_relaxed);
-                                },
-                            .on_thread_stop =
-                                [&](std::size_t i) { stopped_mask.fetch_or(1u << i, std::memory_order_relaxed); }}};
+    weft::thread_pool pool{
+        {.threads = k_threads,
+         .on_thread_start =
+             [&](std::size_t i) {
+               started_mask.fetch_or(1u << i, std::memory_order_relaxed);
+               if (weft::current_executor() != nullptr)  // the worker's state is set
+                 started_before_work.fetch_add(1, std::memory_order_relaxed);
+             },
+         .on_thread_stop = [&](std::size_t i) { stopped_mask.fetch_or(1u << i, std::memory_order_relaxed); }}};
     // Every worker started (each runs its start hook before looking for work).
     REQUIRE(weft_test::eventually([&] { return started_mask.load() == (1u << k_threads) - 1; }));
     CHECK(weft::sync_wait(pool, runs_on(pool)));

@@ -52,10 +52,9 @@ weft::task<void> post_from_inside(weft::thread_pool& pool, std::latch& done, int
   co_return;
 }
 
-} // namespace
+}  // namespace
 
-TEMPLATE_LIST_TEST_CASE("post: the task runs on the pool at the given priority", "[post]",
-                        weft_test::all_executors) {
+TEMPLATE_LIST_TEST_CASE("post: the task runs on the pool at the given priority", "[post]", weft_test::all_executors) {
   observed seen[4];
   std::latch done{4};
   auto pool = TestType::make();  // after what its tasks use: destroyed (and joined) first

@@ -59,7 +59,7 @@ weft::task<refused> hop_to_closing(weft::thread_pool& home, weft::thread_pool& c
   co_return r;
 }
 
-} // namespace
+}  // namespace
 
 TEMPLATE_LIST_TEST_CASE("resume_on: the task continues on the other executor, and back", "[resume_on]",
                         weft_test::all_executors) {
@@ -73,8 +73,8 @@ TEMPLATE_LIST_TEST_CASE("resume_on: the task continues on the other executor, an
   }
 }
 
-TEMPLATE_LIST_TEST_CASE("resume_on: to the executor the task is on goes through its queue and stays",
-                        "[resume_on]", weft_test::all_executors) {
+TEMPLATE_LIST_TEST_CASE("resume_on: to the executor the task is on goes through its queue and stays", "[resume_on]",
+                        weft_test::all_executors) {
   auto pool = TestType::make();
   CHECK(weft::sync_wait(pool, hop_to_self_many(pool, 10'000)) == 10'000);
 }
@@ -89,8 +89,7 @@ TEST_CASE("resume_on: keeps the priority, clamped to the target's levels", "[res
   CHECK(weft::sync_wait(a, priority_after_hop(narrow), 3) == 1);
 }
 
-TEST_CASE("resume_on: an executor shutting down throws shutdown_error; the task stays where it was",
-          "[resume_on]") {
+TEST_CASE("resume_on: an executor shutting down throws shutdown_error; the task stays where it was", "[resume_on]") {
   weft::thread_pool home{{.threads = 1}};
   weft_test::pool_in_shutdown closing;
   auto r = weft::sync_wait(home, hop_to_closing(home, closing.pool()));

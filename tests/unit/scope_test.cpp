@@ -13,6 +13,8 @@
 #include "executors.hpp"
 #include "sync.hpp"
 
+#include <sys/wait.h>
+#include <unistd.h>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -22,8 +24,6 @@
 #include <stdexcept>
 #include <stop_token>
 #include <string>
-#include <sys/wait.h>
-#include <unistd.h>
 #include <vector>
 
 using namespace std::chrono_literals;
@@ -37,7 +37,7 @@ weft::task<void> bump(std::atomic<int>& n, tracker) {
   co_return;
 }
 
-weft::task<int> square(int i) { co_return i * i; }
+weft::task<int> square(int i) { co_return i* i; }
 
 weft::task<void> fails(int i) {
   throw std::runtime_error("child " + std::to_string(i));
@@ -79,7 +79,7 @@ TEMPLATE_LIST_TEST_CASE("scope: spawn, join, reaping", "[scope]", weft_test::all
       const bool all = ran.load() == 1000 && s.size() == 0 && live.load() == 0;
       s.spawn(bump(ran, tracker{live}));  // reusable after a join
       co_await s.join();
-      co_return empty && all && ran.load() == 1001;
+      co_return empty&& all&& ran.load() == 1001;
     }());
     CHECK(ok);
     CHECK(live.load() == 0);
@@ -100,7 +100,7 @@ TEMPLATE_LIST_TEST_CASE("scope: spawn, join, reaping", "[scope]", weft_test::all
         bounded = bounded && live.load() == 0 && s.size() == 0;  // never joined in between
       }
       co_await s.join();
-      co_return bounded && ran.load() == 50 * 200;
+      co_return bounded&& ran.load() == 50 * 200;
     }());
     CHECK(ok);
   }
@@ -162,7 +162,7 @@ TEMPLATE_LIST_TEST_CASE("scope: the stop token", "[scope][stop]", weft_test::all
       s.spawn(inner_sees_stop());
       auto v = co_await s.next();
       co_await s.join();
-      co_return v.has_value() && *v && s.stop_requested();
+      co_return v.has_value() && *v&& s.stop_requested();
     }());
     CHECK(r);
   }
@@ -286,7 +286,7 @@ TEMPLATE_LIST_TEST_CASE("scope: exceptions by policy", "[scope]", weft_test::all
       } catch (const std::runtime_error&) {
         threw = true;
       }
-      co_return threw && s.stop_requested();
+      co_return threw&& s.stop_requested();
     }());
     CHECK(r);
     CHECK(ended.load() == 50);
@@ -323,7 +323,7 @@ TEST_CASE("scope: misuse", "[scope]") {
         threw = true;
       }
       co_await s.join();
-      co_return threw && s.size() == 0;
+      co_return threw&& s.size() == 0;
     }());
     CHECK(r);
   }
@@ -340,7 +340,7 @@ TEST_CASE("scope: misuse", "[scope]") {
         threw = true;
       }
       co_await s.join();
-      co_return threw && s.size() == 0;
+      co_return threw&& s.size() == 0;
     }());
     CHECK(r);
     CHECK(ran.load() == 0);

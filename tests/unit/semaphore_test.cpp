@@ -67,7 +67,8 @@ TEMPLATE_LIST_TEST_CASE("semaphore: never more holders than permits", "[semaphor
   auto enter = [&] {
     const int now = holders.fetch_add(1) + 1;
     int seen = max_holders.load();
-    while (now > seen && !max_holders.compare_exchange_weak(seen, now)) {}
+    while (now > seen && !max_holders.compare_exchange_weak(seen, now)) {
+    }
     expect(now <= k_permits);
     holders.fetch_sub(1);
   };

@@ -27,7 +27,7 @@
 
 namespace {
 
-weft::task<int> square(int i) { co_return i * i; }
+weft::task<int> square(int i) { co_return i* i; }
 
 std::vector<weft::task<int>> squares(int n) {
   std::vector<weft::task<int>> ts;
@@ -68,16 +68,15 @@ weft::task<std::uint64_t> range_sum(std::uint64_t lo, std::uint64_t hi) {
   co_return r[0] + r[1];
 }
 
-} // namespace
+}  // namespace
 
 TEMPLATE_LIST_TEST_CASE("spawn_many: results in input order, for every overload", "[spawn_many]",
                         weft_test::all_executors) {
   auto pool = TestType::make();
 
   SECTION("rvalue vector") {
-    auto r = weft::sync_wait(pool, []() -> weft::task<std::vector<int>> {
-      co_return co_await weft::spawn_many(squares(100));
-    }());
+    auto r = weft::sync_wait(
+        pool, []() -> weft::task<std::vector<int>> { co_return co_await weft::spawn_many(squares(100)); }());
     CHECK(r == expected_squares(100));
   }
   SECTION("lvalue vector: the tasks are moved out") {
@@ -86,7 +85,7 @@ TEMPLATE_LIST_TEST_CASE("spawn_many: results in input order, for every overload"
       auto v = co_await weft::spawn_many(ts);
       bool moved = ts.size() == 50;
       for (auto& t : ts) moved = moved && !t.valid();
-      co_return moved && v == expected_squares(50);
+      co_return moved&& v == expected_squares(50);
     }());
     CHECK(r);
   }
@@ -161,9 +160,8 @@ TEMPLATE_LIST_TEST_CASE("spawn_many: results in input order, for every overload"
     CHECK(r);
   }
   SECTION("a single task") {
-    auto r = weft::sync_wait(pool, []() -> weft::task<std::vector<int>> {
-      co_return co_await weft::spawn_many(squares(1));
-    }());
+    auto r = weft::sync_wait(
+        pool, []() -> weft::task<std::vector<int>> { co_return co_await weft::spawn_many(squares(1)); }());
     CHECK(r == std::vector<int>{0});
   }
   SECTION("an empty range gives an empty vector") {
@@ -175,9 +173,8 @@ TEMPLATE_LIST_TEST_CASE("spawn_many: results in input order, for every overload"
   SECTION("move-only results") {
     auto r = weft::sync_wait(pool, []() -> weft::task<std::size_t> {
       std::vector<weft::task<std::unique_ptr<int>>> ts;
-      for (int i = 0; i < 10; ++i) ts.push_back([](int k) -> weft::task<std::unique_ptr<int>> {
-        co_return std::make_unique<int>(k);
-      }(i));
+      for (int i = 0; i < 10; ++i)
+        ts.push_back([](int k) -> weft::task<std::unique_ptr<int>> { co_return std::make_unique<int>(k); }(i));
       auto v = co_await weft::spawn_many(std::move(ts));
       std::size_t ok = 0;
       for (int i = 0; i < 10; ++i) ok += (v[i] && *v[i] == i) ? 1 : 0;
@@ -199,9 +196,8 @@ weft::task<long> bounded_tree(std::uint32_t id, int depth, std::atomic<long>& se
   if (depth == 0) co_return 1;
   const std::size_t k = fan_out(id);
   long nodes = 1;
-  for (long c : co_await weft::spawn_many<4>(k, [&](std::size_t i) {
-         return bounded_tree(id * 7 + static_cast<std::uint32_t>(i) + 1, depth - 1, seen);
-       }))
+  for (long c : co_await weft::spawn_many<4>(
+           k, [&](std::size_t i) { return bounded_tree(id * 7 + static_cast<std::uint32_t>(i) + 1, depth - 1, seen); }))
     nodes += c;
   co_return nodes;
 }
@@ -215,8 +211,7 @@ long bounded_tree_seq(std::uint32_t id, int depth) {
 
 }  // namespace
 
-TEMPLATE_LIST_TEST_CASE("spawn_many<N>(n, gen): up to N children, no heap", "[spawn_many]",
-                        weft_test::all_executors) {
+TEMPLATE_LIST_TEST_CASE("spawn_many<N>(n, gen): up to N children, no heap", "[spawn_many]", weft_test::all_executors) {
   auto pool = TestType::make();
   std::atomic<int> ran{0};
 
@@ -231,7 +226,7 @@ TEMPLATE_LIST_TEST_CASE("spawn_many<N>(n, gen): up to N children, no heap", "[sp
         const auto want = expected_squares(static_cast<int>(count));
         std::vector<std::size_t> want_calls(count);
         std::iota(want_calls.begin(), want_calls.end(), std::size_t{0});
-        co_return std::vector<int>(v.begin(), v.end()) == want && calls == want_calls;
+        co_return std::vector<int>(v.begin(), v.end()) == want&& calls == want_calls;
       }(n));
       CHECK(r);
     }
@@ -266,7 +261,8 @@ TEMPLATE_LIST_TEST_CASE("spawn_many<N>(n, gen): up to N children, no heap", "[sp
     std::atomic<std::size_t> n{0};
     std::atomic<int> live{0};
     weft::sync_wait(pool, [](std::atomic<std::size_t>& count, std::atomic<int>& alive) -> weft::task<void> {
-      co_await weft::spawn_many<16>(13, [&](std::size_t) { return weft_test::count_run(count, weft_test::tracker{alive}); });
+      co_await weft::spawn_many<16>(
+          13, [&](std::size_t) { return weft_test::count_run(count, weft_test::tracker{alive}); });
     }(n, live));
     CHECK(n == 13);
     CHECK(live == 0);
@@ -283,12 +279,13 @@ TEMPLATE_LIST_TEST_CASE("spawn_many<N>(n, gen): up to N children, no heap", "[sp
     CHECK(r);
   }
   SECTION("children's exceptions: the lowest index wins, after all finished") {
-    CHECK_THROWS_WITH(weft::sync_wait(pool, [](std::atomic<int>& runs) -> weft::task<int> {
-                        auto v = co_await weft::spawn_many<10>(9, [&runs](std::size_t i) {
-                          return maybe_throws(static_cast<int>(i), i == 5 || i == 8, runs);
-                        });
-                        co_return static_cast<int>(v.size());
-                      }(ran)),
+    CHECK_THROWS_WITH(weft::sync_wait(pool,
+                                      [](std::atomic<int>& runs) -> weft::task<int> {
+                                        auto v = co_await weft::spawn_many<10>(9, [&runs](std::size_t i) {
+                                          return maybe_throws(static_cast<int>(i), i == 5 || i == 8, runs);
+                                        });
+                                        co_return static_cast<int>(v.size());
+                                      }(ran)),
                       "child 5");
     CHECK(ran == 9);
   }
@@ -346,29 +343,34 @@ TEMPLATE_LIST_TEST_CASE("spawn_many: the lowest-index exception is rethrown afte
   std::atomic<int> ran{0};
 
   SECTION("vector") {
-    CHECK_THROWS_WITH(weft::sync_wait(pool, [](std::atomic<int>& runs) -> weft::task<std::vector<int>> {
-                        std::vector<weft::task<int>> ts;
-                        for (int i = 0; i < 32; ++i) ts.push_back(maybe_throws(i, i == 7 || i == 3 || i == 31, runs));
-                        co_return co_await weft::spawn_many(std::move(ts));
-                      }(ran)),
+    CHECK_THROWS_WITH(weft::sync_wait(pool,
+                                      [](std::atomic<int>& runs) -> weft::task<std::vector<int>> {
+                                        std::vector<weft::task<int>> ts;
+                                        for (int i = 0; i < 32; ++i)
+                                          ts.push_back(maybe_throws(i, i == 7 || i == 3 || i == 31, runs));
+                                        co_return co_await weft::spawn_many(std::move(ts));
+                                      }(ran)),
                       "child 3");
     CHECK(ran == 32);
   }
   SECTION("the last (inline) child only") {
-    CHECK_THROWS_WITH(weft::sync_wait(pool, [](std::atomic<int>& runs) -> weft::task<std::vector<int>> {
-                        std::vector<weft::task<int>> ts;
-                        for (int i = 0; i < 8; ++i) ts.push_back(maybe_throws(i, i == 7, runs));
-                        co_return co_await weft::spawn_many(std::move(ts));
-                      }(ran)),
+    CHECK_THROWS_WITH(weft::sync_wait(pool,
+                                      [](std::atomic<int>& runs) -> weft::task<std::vector<int>> {
+                                        std::vector<weft::task<int>> ts;
+                                        for (int i = 0; i < 8; ++i) ts.push_back(maybe_throws(i, i == 7, runs));
+                                        co_return co_await weft::spawn_many(std::move(ts));
+                                      }(ran)),
                       "child 7");
     CHECK(ran == 8);
   }
   SECTION("array") {
-    CHECK_THROWS_WITH(weft::sync_wait(pool, [](std::atomic<int>& runs) -> weft::task<std::array<int, 3>> {
-                        std::array<weft::task<int>, 3> ts{maybe_throws(0, false, runs), maybe_throws(1, true, runs),
-                                                          maybe_throws(2, true, runs)};
-                        co_return co_await weft::spawn_many(std::move(ts));
-                      }(ran)),
+    CHECK_THROWS_WITH(weft::sync_wait(pool,
+                                      [](std::atomic<int>& runs) -> weft::task<std::array<int, 3>> {
+                                        std::array<weft::task<int>, 3> ts{maybe_throws(0, false, runs),
+                                                                          maybe_throws(1, true, runs),
+                                                                          maybe_throws(2, true, runs)};
+                                        co_return co_await weft::spawn_many(std::move(ts));
+                                      }(ran)),
                       "child 1");
     CHECK(ran == 3);
   }
@@ -379,11 +381,12 @@ TEMPLATE_LIST_TEST_CASE("spawn_many: the generator forms, exceptions", "[spawn_m
   std::atomic<int> ran{0};
 
   SECTION("children: the lowest index wins, after all finished") {
-    CHECK_THROWS_WITH(weft::sync_wait(pool, [](std::atomic<int>& runs) -> weft::task<std::array<int, 6>> {
-                        co_return co_await weft::spawn_many<6>([&runs](std::size_t i) {
-                          return maybe_throws(static_cast<int>(i), i == 2 || i == 4, runs);
-                        });
-                      }(ran)),
+    CHECK_THROWS_WITH(weft::sync_wait(pool,
+                                      [](std::atomic<int>& runs) -> weft::task<std::array<int, 6>> {
+                                        co_return co_await weft::spawn_many<6>([&runs](std::size_t i) {
+                                          return maybe_throws(static_cast<int>(i), i == 2 || i == 4, runs);
+                                        });
+                                      }(ran)),
                       "child 2");
     CHECK(ran == 6);
   }
@@ -398,8 +401,10 @@ TEMPLATE_LIST_TEST_CASE("spawn_many: the generator forms, exceptions", "[spawn_m
         }(weft_test::tracker{alive}, runs);
       };
       try {
-        if (fixed) (void)co_await weft::spawn_many<5>(gen);
-        else (void)co_await weft::spawn_many(std::size_t{5}, gen);
+        if (fixed)
+          (void)co_await weft::spawn_many<5>(gen);
+        else
+          (void)co_await weft::spawn_many(std::size_t{5}, gen);
       } catch (const std::runtime_error& e) {
         co_return std::string(e.what()) == "gen failed" ? 1 : 0;
       }
@@ -420,9 +425,12 @@ TEMPLATE_LIST_TEST_CASE("spawn_many: the generator forms, exceptions", "[spawn_m
             return i == at ? weft::task<int>{} : maybe_throws(static_cast<int>(i), false, runs);
           };
           try {
-            if (f == 1) (void)co_await weft::spawn_many<6>(4, gen);
-            else if (f == 2) (void)co_await weft::spawn_many<4>(gen);
-            else (void)co_await weft::spawn_many(std::size_t{4}, gen);
+            if (f == 1)
+              (void)co_await weft::spawn_many<6>(4, gen);
+            else if (f == 2)
+              (void)co_await weft::spawn_many<4>(gen);
+            else
+              (void)co_await weft::spawn_many(std::size_t{4}, gen);
           } catch (const std::logic_error&) {
             co_return true;
           }
@@ -476,8 +484,8 @@ TEMPLATE_LIST_TEST_CASE("spawn_many: an empty task in the range throws std::logi
 
 weft::task<unsigned> my_priority() { co_return weft::current_priority(); }
 
-TEMPLATE_LIST_TEST_CASE("spawn_many: children run at the parent's priority, the parent keeps it",
-                        "[spawn_many]", weft_test::all_executors) {
+TEMPLATE_LIST_TEST_CASE("spawn_many: children run at the parent's priority, the parent keeps it", "[spawn_many]",
+                        weft_test::all_executors) {
   auto pool = TestType::make();
   REQUIRE(pool.priorities() >= 3);
   for (unsigned prio : {0u, 2u}) {
@@ -552,16 +560,16 @@ TEMPLATE_LIST_TEST_CASE("spawn_many: children's frames are freed exactly once, o
       co_return std::pair{std::accumulate(v.begin(), v.end(), 0) + std::accumulate(again.begin(), again.end(), 0),
                           kept};
     }());
-    CHECK(r.first == 140 + 204);                 // squares of 0..7, then of 1..8
-    CHECK(r.second == 3 * (8 * 100 + 28));       // 3 * (100 + ... + 107)
+    CHECK(r.first == 140 + 204);            // squares of 0..7, then of 1..8
+    CHECK(r.second == 3 * (8 * 100 + 28));  // 3 * (100 + ... + 107)
   }
   SECTION("parameters with a destructor are destroyed") {
     std::atomic<int> live{0};
     auto sum = weft::sync_wait(pool, [](std::atomic<int>& n) -> weft::task<int> {
-      auto v = co_await weft::spawn_many<6>([&](std::size_t i) { return with_counted(static_cast<int>(i), counted(n)); });
-      auto w = co_await weft::spawn_many<6>(std::size_t{3}, [&](std::size_t i) {
-        return with_counted(static_cast<int>(i), counted(n));
-      });
+      auto v =
+          co_await weft::spawn_many<6>([&](std::size_t i) { return with_counted(static_cast<int>(i), counted(n)); });
+      auto w = co_await weft::spawn_many<6>(
+          std::size_t{3}, [&](std::size_t i) { return with_counted(static_cast<int>(i), counted(n)); });
       co_return std::accumulate(v.begin(), v.end(), 0) + std::accumulate(w.begin(), w.end(), 0);
     }(live));
     CHECK(sum == 15 + 3);
@@ -585,7 +593,8 @@ TEMPLATE_LIST_TEST_CASE("spawn_many: children's frames are freed exactly once, o
     auto caught = weft::sync_wait(pool, [](std::atomic<int>& n) -> weft::task<bool> {
       for (int round = 0; round < 50; ++round) {
         try {
-          (void)co_await weft::spawn_many<5>([&](std::size_t i) { return maybe_throws(static_cast<int>(i), i == 2, n); });
+          (void)co_await weft::spawn_many<5>(
+              [&](std::size_t i) { return maybe_throws(static_cast<int>(i), i == 2, n); });
         } catch (const std::runtime_error&) {
           continue;
         }
@@ -626,8 +635,8 @@ TEST_CASE("spawn_many(...).run_on and spawn_tuple(...).run_on run the children o
     // spawn_tuple's own run_on, then at a priority of the other pool.
     auto [x2, y2] = co_await weft::spawn_tuple(on_cpu(), on_cpu()).run_on(cpu);
     auto [x3, y3] = co_await weft::spawn_tuple(on_cpu(), on_cpu()).run_on(cpu).priority(2);
-    co_return all_on_cpu && back_home && array_on_cpu && voids.load() == 4 && x + y == 2 && tuple_back_home &&
-        x2 + y2 == 2 && x3 + y3 == 2 && home.owns_current_thread();
+    co_return all_on_cpu&& back_home&& array_on_cpu&& voids.load() == 4 && x + y == 2 &&
+        tuple_back_home&& x2 + y2 == 2 && x3 + y3 == 2 && home.owns_current_thread();
   }());
   CHECK(r);
 }
@@ -647,7 +656,7 @@ TEST_CASE("spawn_many(...).run_on: the lowest-index exception comes back to the 
     } catch (const std::runtime_error& e) {
       threw = std::string(e.what()) == "child 1";
     }
-    co_return threw && home.owns_current_thread();
+    co_return threw&& home.owns_current_thread();
   }());
   CHECK(r);
 }

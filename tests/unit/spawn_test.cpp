@@ -83,7 +83,7 @@ weft::task<std::size_t> callable_chain(std::size_t n) {
   co_return 1 + co_await weft::spawn(callable_chain, n - 1);
 }
 
-} // namespace
+}  // namespace
 
 TEMPLATE_LIST_TEST_CASE("spawn(fn, args...): the callable form", "[spawn]", weft_test::all_executors) {
   auto pool = TestType::make();
@@ -118,7 +118,7 @@ TEMPLATE_LIST_TEST_CASE("spawn(fn, args...): the callable form", "[spawn]", weft
             const unsigned forked = co_await h;
             const bool ran_there = co_await weft::spawn(on, std::ref(there)).run_on(there);
             weft::spawn(holds, tracker{alive}, std::ref(runs)).detach();
-            co_return awaited == 0 && forked == 3 && ran_there && weft::current_priority() == 1;
+            co_return awaited == 0 && forked == 3 && ran_there&& weft::current_priority() == 1;
           }(other, live, ran),
           1);
       CHECK(r);
@@ -245,7 +245,7 @@ TEMPLATE_LIST_TEST_CASE("spawn: a joined child's frame is freed exactly once, ot
         ones.fill(1);
         // A frame made now would cover `later` and b if a's had been popped.
         const int w = co_await weft::spawn(sum_of(ones));
-        const int y = co_await b;  // the top, but the frame below it is `later`'s
+        const int y = co_await b;                             // the top, but the frame below it is `later`'s
         const int z = co_await weft::spawn(value_of(5 * i));  // the top: popped
         total += x + y + z + w + co_await std::move(later);
       }
@@ -334,7 +334,7 @@ TEMPLATE_LIST_TEST_CASE("fork_handle: state and misuse", "[spawn]", weft_test::a
       } catch (const std::logic_error&) {
         threw = true;
       }
-      co_return valid_before && v == 5 && !valid_after && threw;
+      co_return valid_before&& v == 5 && !valid_after && threw;
     }());
     CHECK(r);
   }
@@ -343,7 +343,7 @@ TEMPLATE_LIST_TEST_CASE("fork_handle: state and misuse", "[spawn]", weft_test::a
       auto h = weft::spawn(value_of(6)).fork();
       weft::fork_handle<int> g = std::move(h);
       const bool moved = !h.valid() && g.valid();
-      co_return moved && co_await g == 6;
+      co_return moved&& co_await g == 6;
     }());
     CHECK(r);
   }
@@ -371,8 +371,7 @@ TEMPLATE_LIST_TEST_CASE("fork_handle: state and misuse", "[spawn]", weft_test::a
   }
 }
 
-TEMPLATE_LIST_TEST_CASE("spawn: an exception in a child is rethrown at its join", "[spawn]",
-                        weft_test::all_executors) {
+TEMPLATE_LIST_TEST_CASE("spawn: an exception in a child is rethrown at its join", "[spawn]", weft_test::all_executors) {
   auto pool = TestType::make();
 
   SECTION("fork") {
@@ -390,15 +389,16 @@ TEMPLATE_LIST_TEST_CASE("spawn: an exception in a child is rethrown at its join"
     CHECK(what == "child failed");
   }
   SECTION("co_await spawn") {
-    CHECK_THROWS_WITH(weft::sync_wait(pool, []() -> weft::task<int> {
-                        co_return co_await weft::spawn(throws_runtime("inline failed"));
-                      }()),
-                      "inline failed");
+    CHECK_THROWS_WITH(
+        weft::sync_wait(pool,
+                        []() -> weft::task<int> { co_return co_await weft::spawn(throws_runtime("inline failed")); }()),
+        "inline failed");
   }
   SECTION("co_await spawn with a priority") {
-    CHECK_THROWS_WITH(weft::sync_wait(pool, []() -> weft::task<int> {
-                        co_return co_await weft::spawn(throws_runtime("queued failed")).priority(1);
-                      }()),
+    CHECK_THROWS_WITH(weft::sync_wait(pool,
+                                      []() -> weft::task<int> {
+                                        co_return co_await weft::spawn(throws_runtime("queued failed")).priority(1);
+                                      }()),
                       "queued failed");
   }
 }
@@ -410,10 +410,12 @@ TEMPLATE_LIST_TEST_CASE("spawn: detached children still run and free their frame
   {
     auto pool = TestType::make();
     weft::sync_wait(pool, [](std::atomic<int>& alive, std::atomic<int>& runs) -> weft::task<void> {
-      weft::spawn(holds(tracker{alive}, runs)).detach();        // spawn(...).detach()
+      weft::spawn(holds(tracker{alive}, runs)).detach();         // spawn(...).detach()
       auto h = weft::spawn(holds(tracker{alive}, runs)).fork();  // fork_handle::detach()
       h.detach();
-      { auto dropped = weft::spawn(holds(tracker{alive}, runs)).fork(); }  // handle destroyed unawaited
+      {
+        auto dropped = weft::spawn(holds(tracker{alive}, runs)).fork();
+      }  // handle destroyed unawaited
       weft::spawn(throws_void()).detach();  // reported on stderr, no terminate
       co_return;
     }(live, ran));
@@ -441,8 +443,8 @@ TEMPLATE_LIST_TEST_CASE("spawn: priority(p) queues the child at p; the parent ke
   CHECK(r);
 }
 
-TEMPLATE_LIST_TEST_CASE("spawn: a priority out of range throws std::out_of_range and leaks nothing",
-                        "[spawn]", weft_test::all_executors) {
+TEMPLATE_LIST_TEST_CASE("spawn: a priority out of range throws std::out_of_range and leaks nothing", "[spawn]",
+                        weft_test::all_executors) {
   std::atomic<int> live{0};
   std::atomic<int> ran{0};
   {
@@ -483,7 +485,7 @@ TEMPLATE_LIST_TEST_CASE("spawn: run_on(ex) runs the child on ex; the parent resu
     const bool child_awaited_there = co_await weft::spawn(on(there)).run_on(there);
     const bool home_after_await = home.owns_current_thread();
     const int v = co_await weft::spawn(value_of(3)).run_on(home);  // run_on the own executor
-    co_return child_forked_there && home_after_fork && child_awaited_there && home_after_await && v == 3;
+    co_return child_forked_there&& home_after_fork&& child_awaited_there&& home_after_await&& v == 3;
   }(pool, other));
   CHECK(r);
 }
@@ -493,8 +495,8 @@ TEMPLATE_LIST_TEST_CASE("spawn: fib(30) with a fork per call", "[spawn][depth]",
   CHECK(weft::sync_wait(pool, fib(30)) == 832040);
 }
 
-TEMPLATE_LIST_TEST_CASE("spawn: a 100,000-deep recursive fork chain does not overflow the stack",
-                        "[spawn][depth]", weft_test::all_executors) {
+TEMPLATE_LIST_TEST_CASE("spawn: a 100,000-deep recursive fork chain does not overflow the stack", "[spawn][depth]",
+                        weft_test::all_executors) {
   auto pool = TestType::make();
   CHECK(weft::sync_wait(pool, fork_chain(100'000)) == 100'000);
   CHECK(weft::sync_wait(pool, spawn_chain(100'000)) == 100'000);

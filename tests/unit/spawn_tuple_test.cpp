@@ -42,18 +42,17 @@ weft::task<std::uint64_t> fib(unsigned n) {
   co_return a + b;
 }
 
-} // namespace
+}  // namespace
 
 // The result is a task of the tuple (with run_on), and converts to task<tuple> as before.
 static_assert(std::is_same_v<decltype(weft::spawn_tuple(value_of(1), std::declval<weft::task<void>>())),
                              weft::tuple_task<std::tuple<int, std::monostate>>>);
-static_assert(std::is_base_of_v<weft::task<std::tuple<int, std::monostate>>,
-                                weft::tuple_task<std::tuple<int, std::monostate>>>);
+static_assert(
+    std::is_base_of_v<weft::task<std::tuple<int, std::monostate>>, weft::tuple_task<std::tuple<int, std::monostate>>>);
 static_assert(std::is_convertible_v<weft::tuple_task<std::tuple<int, std::monostate>>&&,
                                     weft::task<std::tuple<int, std::monostate>>>);
 
-TEMPLATE_LIST_TEST_CASE("spawn_tuple: a tuple of every child's result", "[spawn_tuple]",
-                        weft_test::all_executors) {
+TEMPLATE_LIST_TEST_CASE("spawn_tuple: a tuple of every child's result", "[spawn_tuple]", weft_test::all_executors) {
   auto pool = TestType::make();
 
   SECTION("mixed types") {
@@ -84,17 +83,18 @@ TEMPLATE_LIST_TEST_CASE("spawn_tuple: a tuple of every child's result", "[spawn_
   SECTION("fib(22) by recursive spawn_tuple") { CHECK(weft::sync_wait(pool, fib(22)) == 17711); }
 }
 
-TEMPLATE_LIST_TEST_CASE("spawn_tuple: the leftmost exception is rethrown after every child finished",
-                        "[spawn_tuple]", weft_test::all_executors) {
+TEMPLATE_LIST_TEST_CASE("spawn_tuple: the leftmost exception is rethrown after every child finished", "[spawn_tuple]",
+                        weft_test::all_executors) {
   auto pool = TestType::make();
   std::atomic<int> ran{0};
-  CHECK_THROWS_WITH(
-      weft::sync_wait(pool, [](std::atomic<int>& runs) -> weft::task<int> {
-        auto [a, b, c, d] = co_await weft::spawn_tuple(counted_value(0, runs), counted_throw("second", runs),
-                                                       counted_value(2, runs), counted_throw("fourth", runs));
-        co_return a + b + c + d;
-      }(ran)),
-      "second");
+  CHECK_THROWS_WITH(weft::sync_wait(pool,
+                                    [](std::atomic<int>& runs) -> weft::task<int> {
+                                      auto [a, b, c, d] = co_await weft::spawn_tuple(
+                                          counted_value(0, runs), counted_throw("second", runs), counted_value(2, runs),
+                                          counted_throw("fourth", runs));
+                                      co_return a + b + c + d;
+                                    }(ran)),
+                    "second");
   CHECK(ran == 4);
 }
 

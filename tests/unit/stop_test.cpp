@@ -226,7 +226,8 @@ TEMPLATE_LIST_TEST_CASE("stop: a waiting wait ends when its token is stopped", "
   }
   SECTION("channel pull and push") {
     weft::channel<int> ch{1};
-    const auto pulled = stop_while_waiting<std::optional<int>>(pool, [&](std::atomic<int>* p) { return pull_once(ch, p); });
+    const auto pulled =
+        stop_while_waiting<std::optional<int>>(pool, [&](std::atomic<int>* p) { return pull_once(ch, p); });
     REQUIRE(pulled.has_value());
     CHECK_FALSE(pulled->has_value());
     CHECK(ch.try_push(1) == weft::channel_status::ok);  // stored: no stopped consumer took it
@@ -292,13 +293,14 @@ TEMPLATE_LIST_TEST_CASE("stop: scopes count children ended by weft::cancelled as
     weft::mutex m;
     auto held = m.try_lock_scoped();
     std::atomic<int> parked{0}, locked{0};
-    const bool reported = weft::sync_wait(pool, [](weft::mutex& mx, std::atomic<int>& p, std::atomic<int>& l) -> weft::task<bool> {
-      weft::scope s;
-      for (int i = 0; i < 100; ++i) s.spawn(lock_and_count(mx, p, l));
-      s.request_stop();
-      co_await s.join();  // rethrows nothing
-      co_return co_await s.next();  // false: nothing to report, the children stopped
-    }(m, parked, locked));
+    const bool reported =
+        weft::sync_wait(pool, [](weft::mutex& mx, std::atomic<int>& p, std::atomic<int>& l) -> weft::task<bool> {
+          weft::scope s;
+          for (int i = 0; i < 100; ++i) s.spawn(lock_and_count(mx, p, l));
+          s.request_stop();
+          co_await s.join();            // rethrows nothing
+          co_return co_await s.next();  // false: nothing to report, the children stopped
+        }(m, parked, locked));
     CHECK_FALSE(reported);
     CHECK(parked.load() == 100);
     CHECK(locked.load() == 0);
@@ -337,9 +339,8 @@ TEST_CASE("stop: a fiber runs under fiber_options::stop_token", "[stop][fiber]")
   weft_test::gate waiting;
   auto h = weft::spawn_fiber(
       [&] {
-        const bool inherited = weft::await([]() -> weft::task<bool> {
-          co_return (co_await weft::this_task::stop_token()).stop_possible();
-        }());
+        const bool inherited = weft::await(
+            []() -> weft::task<bool> { co_return (co_await weft::this_task::stop_token()).stop_possible(); }());
         waiting.open();
         const std::optional<int> v = weft::await(ch.pull());  // ended by the stop
         bool lock_stopped = false;
@@ -353,7 +354,8 @@ TEST_CASE("stop: a fiber runs under fiber_options::stop_token", "[stop][fiber]")
       {.executor = &pool, .stop_token = src.get_token()});
   waiting.wait();
   src.request_stop();
-  CHECK(weft::sync_wait(pool, [](weft::fiber_handle<bool> f) -> weft::task<bool> { co_return co_await f; }(std::move(h))));
+  CHECK(weft::sync_wait(pool,
+                        [](weft::fiber_handle<bool> f) -> weft::task<bool> { co_return co_await f; }(std::move(h))));
   CHECK(ch.try_push(1) == weft::channel_status::ok);
   CHECK(ch.size() == 1);
 }
@@ -363,7 +365,8 @@ TEST_CASE("stop: a fiber without a token waits as before", "[stop][fiber]") {
   weft::channel<int> ch;
   auto h = weft::spawn_fiber([&] { return weft::await(ch.pull()).value_or(-1); }, {.executor = &pool});
   CHECK(ch.try_push(5) == weft::channel_status::ok);
-  CHECK(weft::sync_wait(pool, [](weft::fiber_handle<int> f) -> weft::task<int> { co_return co_await f; }(std::move(h))) == 5);
+  CHECK(weft::sync_wait(pool,
+                        [](weft::fiber_handle<int> f) -> weft::task<int> { co_return co_await f; }(std::move(h))) == 5);
 }
 
 namespace {
@@ -378,9 +381,9 @@ weft::task<int> count_if_sees(std::stop_token expected) { co_return (co_await se
 weft::task<int> awaited_forms(weft::executor& other) {
   const std::stop_token tok = co_await weft::this_task::stop_token();
   int n = 0;
-  n += co_await count_if_sees(tok);                                              // plain co_await
-  n += co_await weft::spawn(count_if_sees(tok));                                 // inline spawn
-  n += co_await weft::spawn(count_if_sees(tok)).run_on(other);                   // forked and joined
+  n += co_await count_if_sees(tok);                             // plain co_await
+  n += co_await weft::spawn(count_if_sees(tok));                // inline spawn
+  n += co_await weft::spawn(count_if_sees(tok)).run_on(other);  // forked and joined
   n += co_await weft::spawn(count_if_sees(tok)).priority(1);
   for (int v : co_await weft::spawn_many(3, [&](std::size_t) { return count_if_sees(tok); })) n += v;
   for (int v : co_await weft::spawn_many(3, [&](std::size_t) { return count_if_sees(tok); }).run_on(other)) n += v;

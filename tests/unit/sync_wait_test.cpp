@@ -49,7 +49,7 @@ weft::task<bool> sync_wait_on_self(weft::thread_pool& pool) {
 // Blocking a worker of one pool on another pool is allowed.
 weft::task<int> sync_wait_elsewhere(weft::thread_pool& other) { co_return weft::sync_wait(other, value_of(9)) + 1; }
 
-} // namespace
+}  // namespace
 
 TEMPLATE_LIST_TEST_CASE("sync_wait: returns the task's value, run on the executor", "[sync_wait]",
                         weft_test::all_executors) {
@@ -72,8 +72,7 @@ TEMPLATE_LIST_TEST_CASE("sync_wait: rethrows the task's exception", "[sync_wait]
   CHECK(weft::sync_wait(pool, value_of(1)) == 1);  // the pool is fine afterwards
 }
 
-TEMPLATE_LIST_TEST_CASE("sync_wait: runs the task at the given priority", "[sync_wait]",
-                        weft_test::all_executors) {
+TEMPLATE_LIST_TEST_CASE("sync_wait: runs the task at the given priority", "[sync_wait]", weft_test::all_executors) {
   auto pool = TestType::make();
   CHECK(weft::sync_wait(pool, priority()) == 0);
   CHECK(weft::sync_wait(pool, priority(), 3) == 3);

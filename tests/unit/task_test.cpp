@@ -65,7 +65,7 @@ weft::task<bool> await_throws_logic_error(weft::task<T>& t) {
   co_return false;
 }
 
-} // namespace
+}  // namespace
 
 TEST_CASE("task: nothing runs until the task is awaited", "[task]") {
   int hits = 0;
@@ -118,7 +118,7 @@ TEMPLATE_LIST_TEST_CASE("task: co_await runs the child inline on the awaiting th
   auto same = weft::sync_wait(pool, []() -> weft::task<bool> {
     auto before = std::this_thread::get_id();
     auto child = co_await thread_of();
-    co_return child == before && std::this_thread::get_id() == before;
+    co_return child == before&& std::this_thread::get_id() == before;
   }());
   CHECK(same);
 }
@@ -140,9 +140,7 @@ TEMPLATE_LIST_TEST_CASE("task: an exception reaches the awaiter", "[task]", weft
   SECTION("through two levels to sync_wait") {
     CHECK_THROWS_WITH(weft::sync_wait(pool, add_one(add_one(throws_runtime("deep")))), "deep");
   }
-  SECTION("not derived from std::exception") {
-    CHECK_THROWS_AS(weft::sync_wait(pool, throws_int()), int);
-  }
+  SECTION("not derived from std::exception") { CHECK_THROWS_AS(weft::sync_wait(pool, throws_int()), int); }
   SECTION("the awaiter goes on after catching") {
     auto v = weft::sync_wait(pool, []() -> weft::task<int> {
       int caught = 0;
@@ -213,7 +211,7 @@ TEMPLATE_LIST_TEST_CASE("task: awaiting an empty, moved-from or finished task th
     auto t = value_of(1);
     auto twice = weft::sync_wait(pool, [](weft::task<int>& awaited) -> weft::task<bool> {
       const bool first_ok = co_await awaited == 1;
-      co_return first_ok && co_await await_throws_logic_error(awaited);
+      co_return first_ok&& co_await await_throws_logic_error(awaited);
     }(t));
     CHECK(twice);
   }
@@ -249,7 +247,7 @@ weft::task<bool> holds_aligned(std::uint64_t v) {
   volatile unsigned char pad[Pad] = {};
   pad[0] = static_cast<unsigned char>(v);
   co_await weft::yield_if_requested();
-  co_return reinterpret_cast<std::uintptr_t>(&a) % 64 == 0 && a.word == v && pad[0] == static_cast<unsigned char>(v);
+  co_return reinterpret_cast<std::uintptr_t>(&a) % 64 == 0 && a.word == v&& pad[0] == static_cast<unsigned char>(v);
 }
 }  // namespace
 

@@ -62,7 +62,8 @@ weft::task<int> works_for(std::chrono::microseconds spin) {
 
 }  // namespace
 
-TEMPLATE_LIST_TEST_CASE("with_timeout: a task in time, a task late, exceptions", "[timeout]", weft_test::all_executors) {
+TEMPLATE_LIST_TEST_CASE("with_timeout: a task in time, a task late, exceptions", "[timeout]",
+                        weft_test::all_executors) {
   auto pool = TestType::make();
 
   SECTION("in time: the value, no error") {
@@ -84,7 +85,8 @@ TEMPLATE_LIST_TEST_CASE("with_timeout: a task in time, a task late, exceptions",
     CHECK(r.ec == std::errc::timed_out);
   }
   SECTION("a deadline already past stops the task at once") {
-    auto r = weft::sync_wait(pool, weft::with_deadline(until_stopped(1'000'000'000), std::chrono::steady_clock::now() - 1s));
+    auto r =
+        weft::sync_wait(pool, weft::with_deadline(until_stopped(1'000'000'000), std::chrono::steady_clock::now() - 1s));
     CHECK(r.ec == std::errc::timed_out);
     CHECK(r.value == -1);
   }
@@ -129,10 +131,14 @@ TEST_CASE("with_timeout: deadlines racing the task's own end", "[timeout][stress
   for (int i = 0; i < rounds; ++i) {
     auto r = weft::sync_wait(pool, weft::with_timeout(works_for(std::chrono::microseconds(i % 50)),
                                                       std::chrono::microseconds((i * 7) % 50)));
-    if (!r.value || (*r.value != 1 && *r.value != 2)) ++wrong;
-    else if (r.ec == std::errc::timed_out) ++late;
-    else if (!r.ec && *r.value == 1) ++in_time;
-    else ++wrong;  // stopped, yet no timeout reported
+    if (!r.value || (*r.value != 1 && *r.value != 2))
+      ++wrong;
+    else if (r.ec == std::errc::timed_out)
+      ++late;
+    else if (!r.ec && *r.value == 1)
+      ++in_time;
+    else
+      ++wrong;  // stopped, yet no timeout reported
   }
   CHECK(wrong == 0);
   CHECK(in_time + late == rounds);

@@ -65,9 +65,9 @@ TEST_CASE("when_any: the winner's exception is rethrown; void operands give mono
   auto throwing = [&]() -> weft::task<void> {
     std::stop_source stop;
     std::atomic<int> stopped{0}, live{0};
-    CHECK_THROWS_WITH(co_await weft::when_any(stop, fails(),
-                                              wait_for_stop(stop.get_token(), stopped, weft_test::tracker{live})),
-                      "first and failing");
+    CHECK_THROWS_WITH(
+        co_await weft::when_any(stop, fails(), wait_for_stop(stop.get_token(), stopped, weft_test::tracker{live})),
+        "first and failing");
     CHECK(stopped.load() == 1);
   };
   weft::sync_wait(pool, throwing());

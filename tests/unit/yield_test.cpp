@@ -50,14 +50,14 @@ weft::task<yield_result> fork_high_then_yield() {
   co_return r;
 }
 
-} // namespace
+}  // namespace
 
 TEST_CASE("yield_if_requested: outside a pool worker it never suspends", "[yield]") {
   CHECK(weft::yield_if_requested().await_ready());
 }
 
-TEMPLATE_LIST_TEST_CASE("yield_if_requested: with nothing of higher priority waiting it continues at once",
-                        "[yield]", weft_test::all_executors) {
+TEMPLATE_LIST_TEST_CASE("yield_if_requested: with nothing of higher priority waiting it continues at once", "[yield]",
+                        weft_test::all_executors) {
   auto pool = TestType::make();
   CHECK(weft::sync_wait(pool, yields_in_place(10'000), 3));
   CHECK(weft::sync_wait(pool, yields_in_place(10'000), 0));

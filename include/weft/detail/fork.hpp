@@ -47,8 +47,10 @@ WEFT_INLINE void enqueue_child(promise_base& p, std::coroutine_handle<> h, unsig
   worker_context* w = fiber_safe_worker();
   if (target == nullptr || (w != nullptr && target == w->m_executor)) [[likely]] {
     if (w != nullptr) [[likely]] {
-      if (prio == k_inherit_priority) prio = parent_prio;
-      else if (prio >= w->m_prios) [[unlikely]] check_priority(*w->m_executor, prio, "weft::spawn");
+      if (prio == k_inherit_priority)
+        prio = parent_prio;
+      else if (prio >= w->m_prios) [[unlikely]]
+        check_priority(*w->m_executor, prio, "weft::spawn");
       p.m_prio = static_cast<std::uint8_t>(prio);
       push_local(*w, prio, h.address());
       return;
@@ -82,8 +84,8 @@ struct join_awaiter {
     promise_base& p = *m_p;
     worker_context* w = t_worker;
     void* other = nullptr;
-    if (w != nullptr && p.m_home == nullptr &&
-        p.m_prio < w->m_inline_limit.load(std::memory_order_relaxed)) [[likely]] {
+    if (w != nullptr && p.m_home == nullptr && p.m_prio < w->m_inline_limit.load(std::memory_order_relaxed))
+        [[likely]] {
       other = w->m_deques[p.m_prio].pop();  // share requests are answered at the next push
       // Same priority as the parent: run it inline at the parent's priority.
       if (other == m_h.address() && p.m_prio == p.m_parent_prio) [[likely]] {
@@ -110,7 +112,7 @@ struct join_awaiter {
       // As in register_waiter: release publishes the parent's state, acquire the result.
       if (!p.m_join.compare_exchange_strong(expected, reinterpret_cast<std::uintptr_t>(parent.address()),
                                             std::memory_order_acq_rel, std::memory_order_acquire))
-        push_local(*w, parent_prio, parent.address());  // child already done: resume later
+        push_local(*w, parent_prio, parent.address());       // child already done: resume later
       return std::coroutine_handle<>::from_address(urgent);  // take_urgent set t_prio
     }
     void* other = w->m_deques[p.m_prio].pop();
@@ -133,7 +135,7 @@ struct join_awaiter {
     if (!p.m_join.compare_exchange_strong(expected, reinterpret_cast<std::uintptr_t>(parent.address()),
                                           std::memory_order_acq_rel, std::memory_order_acquire)) {
       if (other != nullptr) push_local(*t_worker, prio, other);  // give it back
-      return parent;                                              // child already done
+      return parent;                                             // child already done
     }
     if (other != nullptr) {
       t_prio = prio;

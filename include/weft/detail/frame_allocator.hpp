@@ -94,9 +94,7 @@ inline void frame_stack_init(frame_stack& s, void* block, std::size_t bytes) noe
 
 /// Owner: whether stack `s` has room for a frame of `size` (= stacked_size(n)) bytes
 /// (never for a thread without a stack: its m_top and m_end are 0).
-WEFT_INLINE bool frame_stack_fits(const frame_stack& s, std::size_t size) noexcept {
-  return s.m_top + size <= s.m_end;
-}
+WEFT_INLINE bool frame_stack_fits(const frame_stack& s, std::size_t size) noexcept { return s.m_top + size <= s.m_end; }
 
 /// Owner: a frame of `size` bytes from stack `s`, which has room (frame_stack_fits).
 WEFT_INLINE void* frame_stack_push_fitting(frame_stack& s, std::size_t size) noexcept {
@@ -110,7 +108,8 @@ WEFT_INLINE void* frame_stack_push_fitting(frame_stack& s, std::size_t size) noe
 /// Owner: a frame of `size` (= stacked_size(n)) bytes from stack `s`, or nullptr
 /// when it has no room.
 WEFT_INLINE void* frame_stack_push(frame_stack& s, std::size_t size) noexcept {
-  if (!frame_stack_fits(s, size)) [[unlikely]] return nullptr;
+  if (!frame_stack_fits(s, size)) [[unlikely]]
+    return nullptr;
   return frame_stack_push_fitting(s, size);
 }
 
@@ -206,7 +205,8 @@ WEFT_INLINE void* allocate_frame(std::size_t n) {
     // Not frame_stack_push: its nullptr would be tested again here (a frame's address
     // is never 0, but the compiler cannot know): 2 instructions a frame.
     frame_stack& s = t_frame_cache.m_stack;
-    if (frame_stack_fits(s, stacked_size(n))) [[likely]] return frame_stack_push_fitting(s, stacked_size(n));
+    if (frame_stack_fits(s, stacked_size(n))) [[likely]]
+      return frame_stack_push_fitting(s, stacked_size(n));
     return allocate_frame_slow_pm(frame_class(n));
   }
 }
@@ -220,7 +220,8 @@ WEFT_INLINE void deallocate_frame(void* p, std::size_t n) noexcept {
       ::operator delete(p, k_frame_alignment);
       return;
     }
-    if (frame_stack_pop(t_frame_cache.m_stack, p, stacked_size(n))) [[likely]] return;
+    if (frame_stack_pop(t_frame_cache.m_stack, p, stacked_size(n))) [[likely]]
+      return;
     release_frame_slow_pm(p, frame_class(n));
   }
 }
@@ -235,7 +236,7 @@ class off_stack_frames {
  public:
   off_stack_frames() noexcept {
     frame_cache& c = t_frame_cache;
-    m_end = std::exchange(c.m_stack.m_end, 0);  // nothing fits; trim sees no stack
+    m_end = std::exchange(c.m_stack.m_end, 0);       // nothing fits; trim sees no stack
     m_tried = std::exchange(c.m_stack_tried, true);  // nor does the slow path make one now
   }
   ~off_stack_frames() {

@@ -47,7 +47,7 @@ inline constexpr std::size_t k_max_members = (std::size_t{1} << 23) - 1;
 
 /// What dispatch decided before anything runs.
 struct group_plan {
-  executor* ex = nullptr;     // null: run inline on the calling thread only
+  executor* ex = nullptr;  // null: run inline on the calling thread only
   std::uint32_t members = 1;
   std::uint32_t workers = 1;  // runners at most
   unsigned prio = 0;
@@ -83,9 +83,9 @@ class group_state {
   unsigned m_home_prio = 0;
 
   alignas(k_cache_line) std::atomic<std::uint32_t> m_refs{0};
-  std::atomic<std::uint32_t> m_next_member{0};     // members handed to runners so far
+  std::atomic<std::uint32_t> m_next_member{0};      // members handed to runners so far
   std::atomic<std::uint32_t> m_pending_runners{0};  // posted runners not started yet
-  std::atomic<std::uint32_t> m_remaining;          // members not finished yet
+  std::atomic<std::uint32_t> m_remaining;           // members not finished yet
 
   alignas(k_cache_line) std::atomic<std::size_t> m_next_index{0};  // claim space cursor
   std::atomic<std::size_t> m_range_end;

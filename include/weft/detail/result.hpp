@@ -13,8 +13,10 @@ class result {
  public:
   result() noexcept {}
   ~result() {
-    if (m_state == state::value) std::destroy_at(&m_value);
-    else if (m_state == state::error) std::destroy_at(&m_error);
+    if (m_state == state::value)
+      std::destroy_at(&m_value);
+    else if (m_state == state::error)
+      std::destroy_at(&m_error);
   }
   result(const result&) = delete;
   result& operator=(const result&) = delete;

@@ -90,7 +90,8 @@ class segment_queue {
 
   /// True when `capacity` or more elements are stored. Push end.
   bool full(std::size_t capacity) noexcept {
-    if (m_push.m_pushed_local - m_push.m_popped_seen < capacity) [[likely]] return false;
+    if (m_push.m_pushed_local - m_push.m_popped_seen < capacity) [[likely]]
+      return false;
     m_push.m_popped_seen = m_pull.m_popped.load(std::memory_order_acquire);
     return m_push.m_pushed_local - m_push.m_popped_seen >= capacity;
   }
@@ -99,7 +100,8 @@ class segment_queue {
   /// or what T's constructor throws) with the queue's elements unchanged.
   template <class... Args>
   void emplace_back(Args&&... args) {
-    if (m_push.m_tail_index == m_push.m_tail->m_capacity) [[unlikely]] grow();
+    if (m_push.m_tail_index == m_push.m_tail->m_capacity) [[unlikely]]
+      grow();
     ::new (m_push.m_tail->raw(m_push.m_tail_index)) T(std::forward<Args>(args)...);
     ++m_push.m_tail_index;
     // release: the element (and the link to its segment) before the count that shows it.
@@ -110,14 +112,16 @@ class segment_queue {
 
   /// True when no element is stored. Pull end.
   bool empty() noexcept {
-    if (m_pull.m_popped_local != m_pull.m_pushed_seen) [[likely]] return false;
+    if (m_pull.m_popped_local != m_pull.m_pushed_seen) [[likely]]
+      return false;
     m_pull.m_pushed_seen = m_push.m_pushed.load(std::memory_order_acquire);  // pairs with emplace_back
     return m_pull.m_popped_local == m_pull.m_pushed_seen;
   }
 
   /// The oldest element. Pull end; precondition: !empty() (called at this end).
   T& front() noexcept {
-    if (m_pull.m_head_index == m_pull.m_head->m_capacity) [[unlikely]] advance();
+    if (m_pull.m_head_index == m_pull.m_head->m_capacity) [[unlikely]]
+      advance();
     return *m_pull.m_head->at(m_pull.m_head_index);
   }
 
@@ -179,8 +183,10 @@ class segment_queue {
   static void deallocate(segment* s) noexcept {
     const bool mapped = s->m_mapped;
     s->~segment();
-    if (mapped) ::munmap(s, k_huge_bytes);
-    else ::operator delete(s);
+    if (mapped)
+      ::munmap(s, k_huge_bytes);
+    else
+      ::operator delete(s);
   }
 
   /// One huge page of fresh memory, aligned, with transparent huge pages advised.

@@ -29,7 +29,8 @@ class spin_lock {
  public:
   WEFT_INLINE void lock() noexcept {
     // acquire: pairs with the release store in unlock().
-    if (!m_locked.exchange(true, std::memory_order_acquire)) [[likely]] return;
+    if (!m_locked.exchange(true, std::memory_order_acquire)) [[likely]]
+      return;
     lock_slow();
   }
   bool try_lock() noexcept {
@@ -41,8 +42,10 @@ class spin_lock {
   WEFT_NOINLINE void lock_slow() noexcept {
     for (unsigned spins = 0;;) {
       while (m_locked.load(std::memory_order_relaxed)) {
-        if (++spins < k_spins) cpu_relax();
-        else std::this_thread::yield();  // the holder may be preempted: let it run
+        if (++spins < k_spins)
+          cpu_relax();
+        else
+          std::this_thread::yield();  // the holder may be preempted: let it run
       }
       if (!m_locked.exchange(true, std::memory_order_acquire)) return;
     }

@@ -70,7 +70,8 @@ class split_deque {
   /// Owner only. Returns false when full (the caller keeps the work itself).
   WEFT_INLINE bool push(void* item) noexcept {
     const std::uint32_t b = m_bottom_local;
-    if (b == k_capacity) [[unlikely]] return false;
+    if (b == k_capacity) [[unlikely]]
+      return false;
     slot(b).store(item, std::memory_order_relaxed);  // published by share()'s release CAS
     m_bottom_local = b + 1;
     return true;
@@ -114,9 +115,7 @@ class split_deque {
   }
 
   /// Owner only: did a thief ask for work?
-  WEFT_INLINE bool share_requested() const noexcept {
-    return m_split_req.load(std::memory_order_relaxed);
-  }
+  WEFT_INLINE bool share_requested() const noexcept { return m_split_req.load(std::memory_order_relaxed); }
 
   /// Owner only: true when the owner holds private work (nothing shared).
   bool has_private() const noexcept { return m_bottom_local > m_split; }
@@ -235,8 +234,7 @@ class split_deque {
       if (t >= s) {
         // Empty (everything shared was stolen): restart the indices at 0 so the deque
         // stays compact. Thieves do not CAS an empty word, so this cannot fail for long.
-        if (m_public.compare_exchange_weak(w, pack(e, 0, 0), std::memory_order_relaxed,
-                                           std::memory_order_relaxed)) {
+        if (m_public.compare_exchange_weak(w, pack(e, 0, 0), std::memory_order_relaxed, std::memory_order_relaxed)) {
           m_lone_credit = true;  // sharing paid off: thieves took what was shared
           m_split = 0;
           m_bottom_local = 0;
@@ -245,8 +243,7 @@ class split_deque {
         continue;
       }
       // Take slot s-1 back from the shared region; races thieves CASing the same word.
-      if (m_public.compare_exchange_weak(w, pack(e, t, s - 1), std::memory_order_relaxed,
-                                         std::memory_order_relaxed)) {
+      if (m_public.compare_exchange_weak(w, pack(e, t, s - 1), std::memory_order_relaxed, std::memory_order_relaxed)) {
         m_split = s - 1;
         m_bottom_local = s - 1;
         return slot(s - 1).load(std::memory_order_relaxed);
@@ -261,7 +258,7 @@ class split_deque {
   bool m_lone_credit = true;         // may share a lone item (see above)
   // Shared lines.
   alignas(k_cache_line) std::atomic<std::uint64_t> m_public{0};  // epoch | top | split
-  alignas(k_cache_line) std::atomic<bool> m_split_req{false};      // a thief wants work
+  alignas(k_cache_line) std::atomic<bool> m_split_req{false};    // a thief wants work
 };
 
 }  // namespace weft::detail

@@ -56,13 +56,13 @@ enum class wait_state : std::uint8_t { idle, queued, done, stopped };
 struct waiter {
   waiter* m_next;
   waiter* m_prev;  // while queued
-  void* m_frame;  // the suspended coroutine (its address: no constructor to run)
+  void* m_frame;   // the suspended coroutine (its address: no constructor to run)
   executor* m_executor;
   sync_signal* m_signal;  // a blocked plain thread, instead of m_frame
   unsigned m_prio;
   wait_state m_state;
 
-  waiter() noexcept {}  // NOLINT: set by park(), see above
+  waiter() noexcept {}               // NOLINT: set by park(), see above
   waiter(const waiter&) noexcept {}  // NOLINT: never copied once parked
   waiter& operator=(const waiter&) noexcept { return *this; }
   ~waiter() = default;
@@ -106,9 +106,10 @@ struct waiter {
       ex->schedule(h, m_prio);
     } catch (...) {
       // The waiter's executor is gone or stopping: nothing can run it any more.
-      std::fputs("weft: a woken waiter's executor no longer accepts work (destroy executors only after "
-                 "nothing waits on their channels or locks); terminating\n",
-                 stderr);
+      std::fputs(
+          "weft: a woken waiter's executor no longer accepts work (destroy executors only after "
+          "nothing waits on their channels or locks); terminating\n",
+          stderr);
       std::terminate();
     }
   }
@@ -133,8 +134,10 @@ class waiter_list {
     w->m_next = nullptr;
     w->m_prev = m_tail;
     w->m_state = wait_state::queued;
-    if (m_tail != nullptr) m_tail->m_next = w;
-    else m_head = w;
+    if (m_tail != nullptr)
+      m_tail->m_next = w;
+    else
+      m_head = w;
     m_tail = w;
     ++m_size;
   }
@@ -143,8 +146,10 @@ class waiter_list {
     waiter* w = m_head;
     if (w != nullptr) {
       m_head = w->m_next;
-      if (m_head != nullptr) m_head->m_prev = nullptr;
-      else m_tail = nullptr;
+      if (m_head != nullptr)
+        m_head->m_prev = nullptr;
+      else
+        m_tail = nullptr;
       --m_size;
       w->m_state = wait_state::done;
     }
@@ -237,7 +242,8 @@ class wait_stop {
   /// Unregisters a callback still armed (waiting for one running elsewhere): awaiters
   /// whose result a stop leaves as it is (channels) end the watch only here.
   ~wait_stop() {
-    if (m_armed) [[unlikely]] (void)disarm(nullptr);
+    if (m_armed) [[unlikely]]
+      (void)disarm(nullptr);
   }
 
   /// In await_suspend, before the node is published: watches the token of `h`, if it
@@ -246,12 +252,14 @@ class wait_stop {
   void arm(std::coroutine_handle<Promise> h, void* owner, waiter& node,
            bool (*cancel)(void*, waiter&) noexcept) noexcept {
     const std::stop_token* t = awaiting_token(h);
-    if (t != nullptr && t->stop_possible()) [[unlikely]] arm(*t, stop_waiter{owner, &node, cancel});
+    if (t != nullptr && t->stop_possible()) [[unlikely]]
+      arm(*t, stop_waiter{owner, &node, cancel});
   }
   /// In await_resume: stops watching (waiting for a callback running elsewhere); true
   /// when the wait ended by the stop, not by the primitive.
   bool stopped(const waiter& node) noexcept {
-    if (!m_armed) [[likely]] return false;
+    if (!m_armed) [[likely]]
+      return false;
     return disarm(&node);
   }
 

@@ -12,7 +12,7 @@ weft::task<int> answer() {
   co_return a + b;
 }
 
-} // namespace
+}  // namespace
 
 int main() {
   weft::thread_pool pool{{.threads = 2}};

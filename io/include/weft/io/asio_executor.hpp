@@ -70,9 +70,9 @@ class asio_executor final : public executor {
   asio::io_context* m_context;
   asio::executor_work_guard<asio::io_context::executor_type> m_guard;
   unsigned m_priorities;
-  std::mutex m_mutex;  // guards m_queues, m_drain_posted, m_stopping
+  std::mutex m_mutex;                       // guards m_queues, m_drain_posted, m_stopping
   std::vector<std::deque<void*>> m_queues;  // one per priority: coroutine frame addresses
-  bool m_drain_posted = false;  // a drain() is queued in the io_context
+  bool m_drain_posted = false;              // a drain() is queued in the io_context
   bool m_stopping = false;
   // Expires when the destructor is done: a drain() still queued in a context the user
   // owns (and may run again) then does nothing instead of touching a dead executor.

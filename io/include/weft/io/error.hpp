@@ -18,8 +18,8 @@ namespace weft::io {
 /// Conditions of weft's I/O layer that have no errno value (a plain value; compare an
 /// error_code with them: `ec == weft::io::error::eof`).
 enum class error {
-  eof = 1,             ///< the peer closed its end: a read returned 0 bytes
-  timed_out = 2,       ///< with_timeout: the time ran out and the operation was cancelled
+  eof = 1,        ///< the peer closed its end: a read returned 0 bytes
+  timed_out = 2,  ///< with_timeout: the time ran out and the operation was cancelled
   /// The operation was cancelled (cancel(), with_cancel, a closed listener's pending
   /// accept); equal (as an error_condition) to std::errc::operation_canceled.
   cancelled = 3,

@@ -18,8 +18,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
-#include <stop_token>
 #include <span>
+#include <stop_token>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -147,7 +147,8 @@ class tcp_stream {
   tcp_stream(uring_context& ctx, int fd) noexcept : m_ctx(&ctx) { adopt(fd); }
   /// Takes over `o`'s socket (same context); `o` is left without one.
   tcp_stream(tcp_stream&& o) noexcept
-      : m_ctx(o.m_ctx), m_fd(o.m_fd.exchange(-1, std::memory_order_relaxed)),
+      : m_ctx(o.m_ctx),
+        m_fd(o.m_fd.exchange(-1, std::memory_order_relaxed)),
         m_id(o.m_id.load(std::memory_order_relaxed)) {}
   /// Closes this stream's socket, if any (as close()), then takes over `o`'s socket and
   /// context; `o` is left without a socket.
@@ -322,7 +323,6 @@ std::remove_cvref_t<Awaitable> with_timeout(Awaitable&& a, std::chrono::duration
   op.m_ts[1] = ns <= 0 ? 1 : ns % 1'000'000'000;
   return std::move(a);
 }
-
 
 /// Runs a ring operation (any of this file's and weft/io/sleep.hpp's: read_some,
 /// write_some, write_all, connect, accept, sleep_for/sleep_until, also one under

@@ -50,7 +50,7 @@ namespace detail {
 
 /// What an operation asks the ring to do (prepared on the loop thread).
 enum class op_kind : std::uint8_t {
-  custom,   // m_start runs on the loop thread instead of preparing an SQE
+  custom,  // m_start runs on the loop thread instead of preparing an SQE
   recv,
   send,
   connect,
@@ -87,9 +87,9 @@ struct stop_watch {
     stop_watch* m_self;
     void operator()() const noexcept;
   };
-  std::stop_token m_token;  // stop_possible() only when watched
-  bool m_explicit = false;  // set by with_cancel: not replaced by the task's token
-  bool m_main_done = false;  // loop thread: the operation itself has ended
+  std::stop_token m_token;           // stop_possible() only when watched
+  bool m_explicit = false;           // set by with_cancel: not replaced by the task's token
+  bool m_main_done = false;          // loop thread: the operation itself has ended
   std::atomic<bool> m_fired{false};  // the callback ran (release, read after unregistering)
   std::optional<std::stop_callback<fire>> m_callback;
   uring_context* m_ctx = nullptr;
@@ -114,22 +114,22 @@ struct uring_op {
   std::uint8_t m_pending = 0;   // completions still to come before the task resumes
   int m_fd = -1;
   std::uint32_t m_len = 0;
-  std::uint64_t m_socket = 0;   // recv/send/connect: the stream's socket identity (tcp_stream::cancel)
+  std::uint64_t m_socket = 0;  // recv/send/connect: the stream's socket identity (tcp_stream::cancel)
   void* m_buf = nullptr;
-  int m_res = 0;                // the result: bytes, fd, or -errno
+  int m_res = 0;                  // the result: bytes, fd, or -errno
   std::int64_t m_ts[2] = {0, 0};  // seconds, nanoseconds (a __kernel_timespec)
   /// custom: runs on the loop thread; true when the operation completed right there
   /// (m_res set), false when it will complete later through complete().
   bool (*m_start)(uring_op&) = nullptr;
   /// Optional: sees each CQE first; returns false when the operation goes on (resubmitted).
   bool (*m_on_cqe)(uring_op&, int res, unsigned flags) = nullptr;
-  void* m_arg = nullptr;        // for m_start / m_on_cqe
+  void* m_arg = nullptr;  // for m_start / m_on_cqe
   /// Optional, custom ops: cancels the operation on the loop thread if it is still
   /// waiting (then sets m_res and returns true: it has ended); false when it is not.
   bool (*m_cancel)(uring_op&) = nullptr;
   stop_watch* m_watch = nullptr;  // set while a token is watched (see stop_watch)
   waiter m_waiter;
-  loop_call m_call;             // submitted from another thread: the hand-off to the loop
+  loop_call m_call;  // submitted from another thread: the hand-off to the loop
 };
 
 class uring_impl;

@@ -276,8 +276,7 @@ class [[nodiscard]] async_op {
   void start(Sink& sink) {
     Initiation init = std::move(m_init);
     InitArgs args = std::move(m_args);
-    std::apply([&](auto&... a) { std::move(init)(detail::sink_handler<Sink, Args...>(sink), std::move(a)...); },
-               args);
+    std::apply([&](auto&... a) { std::move(init)(detail::sink_handler<Sink, Args...>(sink), std::move(a)...); }, args);
   }
   /// Not API: the I/O executor of the operation's object (for timers and cancellation).
   auto io_executor() const { return m_init.get_executor(); }
@@ -346,8 +345,8 @@ class async_result<weft::io::use_task_t, void(Args...)> {
   /// starts until it is awaited. Thread-safe (no shared state).
   template <class Initiation, class... InitArgs>
   static auto initiate(Initiation&& init, weft::io::use_task_t, InitArgs&&... args) {
-    using op = weft::io::async_op<std::decay_t<Initiation>, std::tuple<std::decay_t<InitArgs>...>,
-                                  std::decay_t<Args>...>;
+    using op =
+        weft::io::async_op<std::decay_t<Initiation>, std::tuple<std::decay_t<InitArgs>...>, std::decay_t<Args>...>;
     return op(std::forward<Initiation>(init), std::tuple<std::decay_t<InitArgs>...>(std::forward<InitArgs>(args)...));
   }
 };

@@ -128,8 +128,8 @@ class [[nodiscard]] timeout_op {
   std::optional<asio::steady_timer> m_timer;
   asio::cancellation_signal m_signal;
   int m_pending = 0;
-  bool m_fired = false;  // the timer cancelled the operation
-  std::stop_token m_token;         // the awaiting task's, when it can be stopped
+  bool m_fired = false;                // the timer cancelled the operation
+  std::stop_token m_token;             // the awaiting task's, when it can be stopped
   detail::pinned<relay_type> m_relay;  // watches m_token while the operation runs
 };
 
