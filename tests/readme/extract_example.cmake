@@ -1,12 +1,12 @@
-# cmake -DREADME=<README.md> -DNAMES=<name,name,...> -DOUT_DIR=<dir> -P extract_example.cmake
+# cmake -DREADME=<document.md> -DNAMES=<name,name,...> -DOUT_DIR=<dir> -P extract_example.cmake
 #
 # For each NAME, writes OUT_DIR/readme_NAME.cpp: the first ```cpp fenced block after
-# the line `<!-- example: NAME -->` of README, behind a #line directive so compiler
-# errors point into README. Without README, each file is a program that exits 77
-# (ctest: skipped); without the marker or the block, or for an io_uring example that
-# does not catch weft::io::uring_unavailable (it must skip with 77 where io_uring is
-# unavailable), one that fails with the reason. A file is rewritten only when its
-# content changes, so only a changed example is recompiled.
+# the line `<!-- example: NAME -->` of the markdown document README, behind a #line
+# directive so compiler errors point into the document. Without the document, each
+# file is a program that exits 77 (ctest: skipped); without the marker or the block,
+# or for an io_uring example that does not catch weft::io::uring_unavailable (it must
+# skip with 77 where io_uring is unavailable), one that fails with the reason. A file
+# is rewritten only when its content changes, so only a changed example is recompiled.
 
 function(write_if_changed out content)
   if(EXISTS "${out}")
@@ -22,7 +22,7 @@ function(write_stub out code message)
   write_if_changed("${out}" "#include <cstdio>\nint main() {\n  std::fputs(R\"weft(readme test: ${message}\n)weft\", stderr);\n  return ${code};\n}\n")
 endfunction()
 
-# extract(<name>): writes OUT_DIR/readme_<name>.cpp from the README text in the
+# extract(<name>): writes OUT_DIR/readme_<name>.cpp from the document's text in the
 # caller's `text` (read there, not passed: an argument would go through list splitting).
 function(extract name)
   set(out "${OUT_DIR}/readme_${name}.cpp")
@@ -58,7 +58,7 @@ function(extract name)
     return()
   endif()
 
-  # The README line the block starts on, for the #line directive.
+  # The document's line the block starts on, for the #line directive.
   string(SUBSTRING "${text}" 0 ${body_at} before)
   string(REGEX REPLACE "[^\n]" "" newlines "${before}")
   string(LENGTH "${newlines}" line)
