@@ -1,4 +1,4 @@
-// channel: MPMC throughput (BENCH.md). P producers push the elements 0..N-1 (each a
+// channel: MPMC throughput (bench/README.md). P producers push the elements 0..N-1 (each a
 // contiguous share), C consumers pull until the channel is closed and drained; the
 // channel is closed once every producer finished. P = C = max(1, threads / 2).
 // Answer: the sum of everything pulled, checked together with the count.

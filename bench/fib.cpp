@@ -1,4 +1,4 @@
-// fib: recursive fork x2 (BENCH.md). Answer fib(n); default n = 39.
+// fib: recursive fork x2 (bench/README.md). Answer fib(n); default n = 39.
 // Every flavor forks fib(n-1) and runs fib(n-2) inline, down to n < 2.
 #include <cstdint>
 #include <utility>

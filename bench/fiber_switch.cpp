@@ -9,7 +9,7 @@
 //                            of resume_on(pool)): suspend, push, pop, resume.
 //   fib-fj, fib-fiber        fib(n): fork fib(n-1) (spawn(...).fork() or spawn_fiber),
 //                            compute fib(n-2) inline, join (co_await or weft::await).
-// Besides the BENCH.md report, switch flavors print `ns_per_round_trip:` of the last
+// Besides the report (bench/README.md), switch flavors print `ns_per_round_trip:` of the last
 // timed run.
 #include <chrono>
 #include <cstdint>

@@ -1,4 +1,4 @@
-// io_socket_st: TCP ping-pong on loopback (BENCH.md). A single-thread server and a
+// io_socket_st: TCP ping-pong on loopback (bench/README.md). A single-thread server and a
 // single-thread client; --size requests in total (default 100,000), spread over
 // --connections connections (default 20; an option of this binary only). Each client
 // connection writes a request and reads the whole response before the next request;

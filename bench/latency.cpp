@@ -1,4 +1,4 @@
-// latency: how long weft takes to start work, not how fast it computes (BENCH.md).
+// latency: how long weft takes to start work, not how fast it computes (bench/README.md).
 //
 //   (a) post:   a plain thread outside the pool posts one empty task and waits until
 //               it ran; the latency is from the post to the moment the task starts
@@ -17,7 +17,7 @@
 //               (ready work must not ping-pong between threads). chain_loop: the same
 //               dependency forked from one loop, so that one frame is alive at a time.
 //
-// `bench/latency [--threads T] [--size N] [--runs R]`: the BENCH.md report (duration =
+// `bench/latency [--threads T] [--size N] [--runs R]`: the report of bench/README.md (duration =
 // the whole run, output = samples), then one `latency:` line per case with the medians
 // over the runs of p50 / p99 / mean. bench/run prints these lines as their own table.
 // Each case checks that every task ran (FAIL otherwise); a chain over 1.15x prints a

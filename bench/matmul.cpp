@@ -1,5 +1,5 @@
 // matmul: C += A * B for N x N int matrices, A and B all ones, so every C[i][j]
-// must end as N (BENCH.md); default N = 2048, a power of 2. The multiply is
+// must end as N (bench/README.md); default N = 2048, a power of 2. The multiply is
 // recursive over quadrants: a block of side n <= 32 is a plain triple loop
 // (multiply_block, one non-coroutine function that every flavor calls); a
 // larger one does its 8 half-size products in two phases of 4, each phase
@@ -100,8 +100,7 @@ weft::task<void> matmul_fj(product p) {
     // Forked last to first, so that the inline child is quarter 0 and the joins (newest
     // first) run 1, 2, 3: on one thread the products come in seq's order, ascending in
     // memory. In the opposite order (fork 0, 1, 2, run 3, join 2, 1, 0) every level
-    // walks its quarters downwards: 7-16 % slower at N = 2048 here (medians of 9-15
-    // alternated runs, 1 and 2 threads).
+    // walks its quarters downwards, which is measurably slower (bench/README.md).
     auto h3 = weft::spawn(matmul_fj(qs[3])).fork();
     auto h2 = weft::spawn(matmul_fj(qs[2])).fork();
     auto h1 = weft::spawn(matmul_fj(qs[1])).fork();

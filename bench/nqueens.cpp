@@ -1,4 +1,4 @@
-// nqueens: count the placements of n queens on an n x n board (BENCH.md);
+// nqueens: count the placements of n queens on an n x n board (bench/README.md);
 // default n = 14. Each node is a board with `row` queens placed, one per row;
 // it forks one child per column of the next row that no queen attacks, so up
 // to n children. The board travels by value, as in the runtime-benchmarks suite.
@@ -93,7 +93,7 @@ weft::task<int> nqueens_fj(int n, int row, board b) {
   if (row == n) co_return 1;
   // The columns are checked first, as in the tbb and omp flavors: the check loop then
   // compiles as in plain code (interleaved with the forks, inside the coroutine body,
-  // clang-19 kept the board in the frame: 25 % more instructions in `fits`).
+  // clang-19 keeps the board in the frame and `fits` costs more instructions).
   std::array<char, k_max_n> cols;
   const int k = fitting_columns(n, row, b, cols);
   // Up to n children, no heap: k - 1 queued in one push, the last run inline, one join

@@ -1,4 +1,4 @@
-// priority: how long high-priority work waits behind low-priority compute (issue 6).
+// priority: how long high-priority work waits behind low-priority compute (bench/README.md).
 //
 // The pool is saturated with fib(n) (fork x2, as bench/fib). Meanwhile a thread outside
 // the pool posts one tiny probe task every 100 us (open loop: it does not wait for the
@@ -9,7 +9,7 @@
 //   levels1  a pool with 1 priority level: fib and probes share priority 0
 //   levels2  a pool with 2 levels: fib runs at priority 1, probes at priority 0
 // The answer is fib(n), and every probe must have run exactly once. Per timed run the
-// binary prints, before the BENCH.md report:
+// binary prints, before the report (bench/README.md):
 //   latency: samples=<k> p50_ns=<x> p99_ns=<y> max_ns=<z>
 #include <algorithm>
 #include <atomic>

@@ -1,4 +1,4 @@
-// skynet: fork x10 down to the leaves (BENCH.md); leaf i returns i, every node
+// skynet: fork x10 down to the leaves (bench/README.md); leaf i returns i, every node
 // sums its 10 children. --size is the number of leaves, a power of 10 (default
 // 10^8, depth 8); the answer is the sum 0 + 1 + ... + (leaves - 1).
 // A node is (first leaf number under it, number of leaves under it).

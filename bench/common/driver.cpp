@@ -13,7 +13,7 @@
 namespace weft_bench {
 namespace {
 
-// BENCH.md: the default flavor is fj; a binary built without weft has none,
+// bench/README.md: the default flavor is fj; a binary built without weft has none,
 // then its first flavor is the default.
 std::size_t default_flavor(const workload_info& info) {
   for (std::size_t k = 0; k < info.flavors.size(); ++k) {

@@ -1,12 +1,12 @@
 // bench/common/driver.hpp: the one command line, output writer and verifier
-// that every bench binary shares (STYLE rule 9). A workload is a table of
+// that every bench binary shares (CONTRIBUTING.md, 'One benchmark driver'). A workload is a table of
 // flavors, and a flavor is a plain function `Answer run(threads, size)`.
 //
 //   bench/<binary> [--flavor F] [--threads T] [--size N] [--runs R] [--list]
 //
 // The driver runs the chosen flavor once untimed (warm-up, so that executors
 // and allocators are warm, as in the runtime-benchmarks suite), then R timed
-// runs, checks every answer, and prints the BENCH.md format. A wrong answer
+// runs, checks every answer, and prints the report format of bench/README.md. A wrong answer
 // prints `FAIL: <what>` and exits 1; a bad command line prints the usage and
 // exits 2.
 #pragma once
@@ -78,7 +78,7 @@ long max_rss_kib();
 /// Prints `FAIL: <what>` and returns the exit status 1.
 int fail(std::string_view what);
 
-/// Prints the BENCH.md report: threads, one block per run, output.
+/// Prints the report (bench/README.md): threads, one block per run, output.
 void print_report(const options& opt, const std::vector<run_record>& runs, std::uint64_t output);
 
 /// The whole program of one bench binary.

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """bench/run's engine: build Release, run every workload x flavor x thread
 count, check every answer, print one table per workload, and write
-bench/results/latest.json and bench/results/<workload>.svg (BENCH.md).
+bench/results/latest.json and bench/results/<workload>.svg (bench/README.md).
 
 A workload is one line of WORKLOADS; report.py turns the records into text,
 JSON and SVG. Exits 1 when any run failed (wrong answer, crash, time-out)."""
@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 class Workload:
     name: str                      # also the binary's name
     flavors: tuple                 # in table order; a binary may lack some (fj without weft)
-    size: int                      # BENCH.md's default size
+    size: int                      # the default size (bench/README.md)
     quick_size: int                # --quick: the whole run stays under a minute
     size_label: str = "size={:,}"  # how tables and charts name a size
     baseline: str = "seq"          # speedups are over this flavor, run at 1 thread only
@@ -71,7 +71,7 @@ WORKLOADS = [
 
 def parse_args(argv):
     p = argparse.ArgumentParser(prog="bench/run", description="Build Release, run every benchmark "
-                                "(binary x flavor x thread count), check every answer, report (BENCH.md).")
+                                "(binary x flavor x thread count), check every answer, report (bench/README.md).")
     p.add_argument("--quick", action="store_true", help="small sizes, the whole run under a minute")
     p.add_argument("--sweep", action="store_true", help="every thread count 1..nproc (default: 1 and nproc)")
     p.add_argument("--runs", type=int, default=3, help="timed runs per binary x flavor x threads (default 3)")
@@ -271,7 +271,7 @@ def run_one(args, w, flavor, threads):
         last = (stderr.strip().splitlines() or ["no message"])[-1]
         rec["reason"] = f"exit code {code}: {last}"
     elif len(rec["runs"]) != args.runs or len(durations) != len(rss) or out is None:
-        rec["reason"] = "output not in the BENCH.md format"
+        rec["reason"] = "output not in the report format of bench/README.md"
     else:
         rec["status"] = "ok"
     return rec

@@ -31,13 +31,11 @@
 // Why locks rather than a lock-free ring: the critical sections are a handful of
 // instructions and never wake anyone, unlocking is a plain store, so an operation costs
 // one locked instruction, as a fetch_add-based ring does; and locks give FIFO waiters,
-// direct hand-off and a race-free close() for free. With a single lock, one producer
-// and one consumer running at once on two threads moved its cache line between the
-// cores on every operation (channel workload, 2 threads, 2026-12-03: unbounded
-// 0.36-0.42 s in most runs, 0.12 s in the others; bounded 0.39-0.63 s; 0.13-0.15 s on
-// one thread); with a lock per end, each side's lock and counters stay on its own core
-// and the store's elements cross once per cache line (medians 0.12-0.13 s unbounded and
-// 0.10-0.12 s bounded; the bounded case has a slow mode, see the README).
+// direct hand-off and a race-free close() for free. Why a lock per end: with a single
+// lock, one producer and one consumer running at once on two threads would move its
+// cache line between the cores on every operation; with one per end, each side's lock
+// and counters stay on its own core and the store's elements cross once per cache line
+// (bench/README.md, 'Channel': the figures, and a slow mode of the bounded case).
 #pragma once
 
 #include <coroutine>

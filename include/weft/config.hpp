@@ -1,4 +1,5 @@
-// weft/config.hpp: the only place weft defines macros (STYLE rule 4).
+// weft/config.hpp: the only place weft defines macros (CONTRIBUTING.md,
+// 'One place for macros').
 #pragma once
 
 /// Compiled with AddressSanitizer or ThreadSanitizer: the frame cache is bypassed

@@ -339,7 +339,7 @@ TEST_CASE("uring stop: the same server on one loop per core (reuse_port) shuts d
     CHECK(accept_cancelled[1].load());
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(took).count();
     WARN(conns << " connections over two loops and both accept loops stopped and joined in " << ms << " ms");
-    CHECK(ms < (k_slow ? 5000 : 1000));  // the target (100 ms) is measured standalone: see io/README.md
+    CHECK(ms < (k_slow ? 5000 : 1000));  // the target (100 ms) is measured standalone: bench/README.md
   }
   for (int c : clients) ::close(c);
   CHECK(weft_io_test::fd_count() == fds_before);

@@ -567,7 +567,7 @@ TEST_CASE("uring: once destruction began, an operation from another thread is re
     std::this_thread::yield();
   }
   // An operation started by a task on another executor now: shutdown_error at once
-  // (before, it was queued, started after the loop's last turn and never completed).
+  // (queued instead, it would start after the loop's last turn and never complete).
   CHECK_THROWS_AS(weft::sync_wait(pool,
                                   [](weft::io::uring_context& c) -> weft::task<std::error_code> {
                                     co_return co_await weft::io::sleep_for(c, 1ms);

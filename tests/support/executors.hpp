@@ -1,4 +1,5 @@
-// The executors every TEMPLATE_LIST_TEST_CASE body runs over (STYLE rule 10).
+// The executors every TEMPLATE_LIST_TEST_CASE body runs over (CONTRIBUTING.md,
+// 'Tests run over every executor').
 //
 //   TEMPLATE_LIST_TEST_CASE("...", "[...]", weft_test::all_executors) {
 //     auto pool = TestType::make();

@@ -7,10 +7,9 @@
 // * The thread's frame stack (the fast path): 16 MiB of address space handed out
 //   bump-pointer style; only the pages frames have used are resident (mapped with
 //   MAP_NORESERVE and no huge pages), so a thread that never goes deep costs a page or
-//   two. The size is for deep co_await chains: with 256 KiB, frames past the first
-//   ~2,000 of a chain came from the free lists and malloc, and a chain of 10,000 or
-//   100,000 frames cost 51 or 135 ns a frame instead of 11-12 (1 thread). Past 16 MiB
-//   (~100,000 small frames) that is still so. A frame freed while it is its thread's
+//   two. The size is for deep co_await chains: frames that do not fit come from the
+//   free lists and malloc, several times slower per frame (bench/README.md), and 16 MiB
+//   holds ~100,000 small frames. A frame freed while it is its thread's
 //   top frame (the usual case: a child ends before the parent that made it) pops the
 //   top back (a joined child, whose size its joiner does not know, is found on top
 //   through the footers, and spawn_many pops a run of finished children at once that
@@ -23,9 +22,7 @@
 //   and then a load from that frame (its `next`, just written by the free before), two
 //   dependent loads per allocation; a bump pointer is one. Fork-join code allocates and
 //   frees a frame per task, back to back, so that chain is on every task's critical
-//   path. Measured against the free lists alone (medians of 21 alternated runs pinned
-//   to one CPU, fib(35) and skynet(1e7) at 1 thread): fib 3 % faster (fastest runs
-//   10 %), skynet 6 % (3 %), same instruction count (callgrind +0.3 %).
+//   path (bench/README.md compares the two).
 // * Free lists, one per 64-byte size class, for frames that do not fit in the stack
 //   (it is full: deep recursion, or long-lived frames pinning its top). A frame freed on
 //   another thread joins the freeing thread's list; each list is capped (k_cache_limit),
@@ -178,7 +175,7 @@ void release_frame_slow(void* p, std::size_t cls);
 // With clang on x86-64 the fast paths call the slow ones through these preserve_most
 // trampolines: the caller then needs no registers saved around a call it almost never
 // makes, so a coroutine's ramp and destroy functions lose their push/pop pairs
-// (callgrind: fib -2.3 %, skynet -1.9 % instructions). They are inline and clang-only
+// (fewer instructions per task: bench/README.md). They are inline and clang-only
 // by name, so every caller of a given name agrees on the convention even when the
 // library itself was built by another compiler.
 #if defined(__clang__) && defined(__x86_64__)

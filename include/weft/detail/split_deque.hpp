@@ -7,9 +7,9 @@
 //
 // * The owner pushes and pops at `bottom` (LIFO). Everything in [split, bottom) is
 //   private: thieves never touch it, so push and pop there are plain loads and stores,
-//   with no fence and no read-modify-write. On this project's machines a seq_cst fence
-//   costs ~23 ns and a locked RMW ~6 ns, against a ~9 ns budget per forked task, which
-//   is why a classic Chase-Lev deque (one fence per pop) is not used.
+//   with no fence and no read-modify-write. A seq_cst fence costs more than the whole
+//   budget of a forked task, and a locked RMW a large part of it (bench/README.md has
+//   the figures), which is why a classic Chase-Lev deque (one fence per pop) is not used.
 // * Thieves take from `top` (FIFO, the oldest and largest pieces of work), only in
 //   the shared region [top, split). `top`, `split` and an `epoch` live in one 64-bit
 //   word `m_public`; a thief claims slot `top` by a CAS that moves top to top + 1.
