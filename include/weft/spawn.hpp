@@ -227,7 +227,7 @@ WEFT_INLINE spawn_op<T> spawn(task<T>&& t) noexcept {
 /// Why a second form: with clang, when `fn` is a function object (a lambda or a class
 /// with operator()), the child's frame set-up is inlined into the caller, which clang-19
 /// does not do for a coroutine that calls itself by name (spawn(f(n - 1)) inside f;
-/// bench fib: 12 % fewer instructions per call). With a plain function it is
+/// fewer instructions per call: bench/README.md, on fib). With a plain function it is
 /// spawn(fn(args...)), no faster.
 /// Lifetimes are as for calling fn yourself: a coroutine lambda's captures and
 /// reference parameters must outlive the task.

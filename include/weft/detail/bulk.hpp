@@ -1,7 +1,7 @@
 // weft/detail/bulk.hpp: the engine under spawn_many, spawn_tuple and fork_group. Not API.
 //
 // spawn_many (weft/spawn_many.hpp) forks children 0..n-2 in one bulk push (every one is stealable
-// before anything else runs: DESIGN's "publish first, then hold back" rule), runs child
+// before anything else runs: CONTRIBUTING.md, 'Publish first, then hold back'), runs child
 // n-1 inline by symmetric transfer, then joins n-2..0 newest first. The joins need no
 // coroutine of their own: each child links to the sibling joined after it (m_next_join)
 // and a child that finishes goes on down that chain itself (weft/task.hpp:
