@@ -21,7 +21,7 @@
 // the whole run, output = samples), then one `latency:` line per case with the medians
 // over the runs of p50 / p99 / mean. bench/run prints these lines as their own table.
 // Each case checks that every task ran (FAIL otherwise); a chain over 1.15x prints a
-// `latency: chain ... over` line but is not a FAIL (it measures, the README judges).
+// `latency: chain ... over` line but is not a FAIL (it measures; bench/README.md reports it).
 #include <algorithm>
 #include <atomic>
 #include <chrono>

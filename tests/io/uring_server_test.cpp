@@ -1,4 +1,4 @@
-// The README's server shape over io_uring (an accept loop forking each connection into
+// io/README.md's server shape over io_uring (an accept loop forking each connection into
 // a fork_group<void>): a finished connection is closed at once, not at the join, and
 // the server survives running out of descriptors (EMFILE on accept: log, back off,
 // keep serving). Skipped (with a WARN naming the cause) where io_uring is unavailable.
@@ -28,7 +28,7 @@ using weft_io_test::failures;
 
 namespace {
 
-// As the README's echo(): until the peer closes its end.
+// As io/README.md's echo(): until the peer closes its end.
 weft::task<void> echo(wio::tcp_stream s) {
   char buf[4096];
   for (;;) {
@@ -37,7 +37,7 @@ weft::task<void> echo(wio::tcp_stream s) {
   }
 }
 
-// As the README's serve(), until the listener is closed; counts the failed accepts.
+// As io/README.md's serve(), until the listener is closed; counts the failed accepts.
 weft::task<void> serve(wio::uring_context& io, wio::tcp_listener& listener, std::atomic<int>& accept_errors) {
   weft::fork_group<void> connections;
   for (;;) {

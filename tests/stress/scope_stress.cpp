@@ -60,7 +60,7 @@ churn_result churn(weft::thread_pool& pool, std::size_t total, std::atomic<std::
     std::size_t seen = 0;
     int most = 0;
     // Awaited values go into variables first, never into a loop condition: g++-12.2
-    // miscompiles a co_await there (README, platform requirements).
+    // miscompiles a co_await there (README, requirements).
     for (std::size_t i = 0; i < total; ++i) {
       while (s.size() >= 1000) {
         const bool got = co_await s.next();

@@ -93,7 +93,7 @@ TEMPLATE_LIST_TEST_CASE("scope: spawn, join, reaping", "[scope]", weft_test::all
       bool bounded = true;
       for (int batch = 0; batch < 50; ++batch) {
         for (int i = 0; i < 200; ++i) s.spawn(bump(ran, tracker{live}));
-        for (;;) {  // the awaited value in a variable first: g++-12.2 (README, platform requirements)
+        for (;;) {  // the awaited value in a variable first: g++-12.2 (README, requirements)
           const bool got = co_await s.next();
           if (!got) break;
         }
