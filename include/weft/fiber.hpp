@@ -170,6 +170,9 @@ void fiber_suspend(fiber_base& f, fiber_await_op& op);
 /// Prints a dropped fiber's exception to stderr.
 void report_fiber_exception(std::exception_ptr e) noexcept;
 
+/// Makes the fiber_handle of a started fiber (spawn_fiber).
+struct fiber_access;
+
 /// A fiber producing a T: what a fiber_handle<T> sees.
 template <class T>
 class fiber_result : public fiber_base {
@@ -316,15 +319,25 @@ class fiber_handle {
   /// Same as the lvalue form.
   awaiter operator co_await() && { return operator co_await(); }
 
-  /// Not API: adopts a started fiber's state.
-  explicit fiber_handle(detail::fiber_base* s) noexcept : m_state(s) {}
-
  private:
+  friend struct detail::fiber_access;
+  /// Adopts a started fiber's state.
+  explicit fiber_handle(detail::fiber_base* s) noexcept : m_state(s) {}
   void reset() noexcept {
     if (m_state != nullptr) std::exchange(m_state, nullptr)->abandon();
   }
   detail::fiber_base* m_state = nullptr;
 };
+
+namespace detail {
+struct fiber_access {
+  /// The handle that owns the started fiber `s`.
+  template <class T>
+  static fiber_handle<T> adopt(fiber_base* s) noexcept {
+    return fiber_handle<T>{s};
+  }
+};
+}  // namespace detail
 
 /// Starts `fn()` (a plain function, lambda or callable; copied or moved in) as a fiber
 /// on options.executor at options.priority, with its own stack of options.stack_size.
@@ -346,7 +359,7 @@ auto spawn_fiber(F&& fn, const fiber_options& options = {}) {
     delete state;
     throw;
   }
-  return fiber_handle<T>{state};
+  return detail::fiber_access::adopt<T>(state);
 }
 
 /// True when the caller runs on a fiber (so weft::await may be called). Thread-safe.

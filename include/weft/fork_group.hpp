@@ -34,7 +34,7 @@ class fork_group {
   fork_group& operator=(const fork_group&) = delete;
   /// Detaches every child not joined (see the class comment).
   ~fork_group() {
-    for (auto& t : m_tasks) detail::abandon_child(t.release());
+    for (auto& t : m_tasks) detail::abandon_child(detail::release_task(t));
   }
 
   /// Queues `t` to run in parallel with the caller. Throws std::logic_error for an
@@ -45,7 +45,7 @@ class fork_group {
       detail::throw_bad_await("weft::fork_group::fork: empty or moved-from task");
     // Grow first (geometrically), so that nothing can throw once the child is queued.
     if (m_tasks.size() == m_tasks.capacity()) m_tasks.reserve(m_tasks.empty() ? 16 : 2 * m_tasks.size());
-    auto h = t.handle();
+    auto h = detail::task_handle(t);
     h.promise().m_mode = detail::completion::forked;
     detail::enqueue_child(h.promise(), h, detail::k_inherit_priority, nullptr);  // t still frees it if this throws
     m_tasks.push_back(std::move(t));
@@ -68,7 +68,7 @@ class fork_group {
   auto join() -> task<std::conditional_t<std::is_void_v<T>, void, std::vector<T>>> {
     std::vector<task<T>> ts = std::move(m_tasks);
     m_tasks.clear();
-    for (std::size_t i = ts.size(); i-- > 0;) co_await detail::join_awaiter{ts[i].handle()};
+    for (std::size_t i = ts.size(); i-- > 0;) co_await detail::join_awaiter{detail::task_handle(ts[i])};
     co_return detail::collect<T>(ts);
   }
 
@@ -153,7 +153,7 @@ class fork_group<void> {
       detail::throw_bad_await("weft::fork_group::fork: empty or moved-from task");
     if (m_state == nullptr) m_state = new detail::reap_state;
     task<void> child = detail::reaped_child(std::move(t), m_state, m_state->m_forked);
-    auto h = child.handle();
+    auto h = detail::task_handle(child);
     h.promise().m_mode = detail::completion::detached;
     m_state->m_count.fetch_add(1, std::memory_order_relaxed);  // the group's own count keeps it above zero
     try {
@@ -162,7 +162,7 @@ class fork_group<void> {
       m_state->m_count.fetch_sub(1, std::memory_order_relaxed);
       throw;  // `child` frees it, unstarted
     }
-    child.release();  // frees itself when it finishes
+    detail::release_task(child);  // frees itself when it finishes
     ++m_state->m_forked;
   }
 

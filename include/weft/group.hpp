@@ -200,13 +200,13 @@ class group {
     return std::move(*copy);
   }
 
-  /// Not API: made by the runtime for one member.
-  group(detail::group_state& s, std::size_t index, detail::exec_context& ctx) noexcept
-      : m_state(&s), m_ctx(&ctx), m_index(index) {}
   group(const group&) = delete;
   group& operator=(const group&) = delete;
 
  private:
+  friend struct detail::runner;  // makes one group for each member it runs (src/group.cpp)
+  group(detail::group_state& s, std::size_t index, detail::exec_context& ctx) noexcept
+      : m_state(&s), m_ctx(&ctx), m_index(index) {}
   detail::group_state* m_state;
   detail::exec_context* m_ctx;
   std::size_t m_index;

@@ -15,11 +15,11 @@ template <class T>
 void post(executor& ex, task<T> t, unsigned prio = 0) {
   if (!t.valid()) detail::throw_bad_await("weft::post: empty or moved-from task");
   check_priority(ex, prio, "weft::post");
-  auto h = t.handle();
+  auto h = detail::task_handle(t);
   h.promise().m_mode = detail::completion::detached;
   h.promise().m_prio = static_cast<std::uint8_t>(prio);
   ex.schedule(h, prio);  // throws before taking ownership
-  (void)t.release();
+  (void)detail::release_task(t);
 }
 
 }  // namespace weft

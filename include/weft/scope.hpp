@@ -318,7 +318,7 @@ class scope {
       detail::off_stack_frames guard;  // finishes out of order, often on another thread
       return detail::scope_child<T>(std::move(t), m_state);
     }();
-    auto h = child.handle();
+    auto h = detail::task_handle(child);
     h.promise().m_mode = detail::completion::detached;
     h.promise().m_stop = &m_state->m_token;
     m_state->child_added();
@@ -328,7 +328,7 @@ class scope {
       m_state->child_not_started();
       throw;  // `child` frees it (and `t` in it), unstarted
     }
-    child.release();  // frees itself when it finishes
+    detail::release_task(child);  // frees itself when it finishes
   }
 
   state_type* m_state;

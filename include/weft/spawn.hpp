@@ -33,8 +33,6 @@ class [[nodiscard]] fork_handle {
 
   /// An empty handle; awaiting it throws std::logic_error.
   fork_handle() noexcept = default;
-  /// Not API: adopts the queued child `h` (made by spawn_op::fork).
-  explicit fork_handle(handle_type h) noexcept : m_h(h) {}
   /// Takes over `o`'s child; `o` is left empty.
   fork_handle(fork_handle&& o) noexcept : m_h(std::exchange(o.m_h, {})) {}
   /// Detaches this handle's child, if any (as detach()), then takes over `o`'s; `o` is
@@ -84,6 +82,10 @@ class [[nodiscard]] fork_handle {
   awaiter operator co_await() && { return operator co_await(); }
 
  private:
+  template <class U>
+  friend class spawn_op;  // spawn_op::fork makes the handle of the child it queued
+  /// Adopts the queued child `h`.
+  explicit fork_handle(handle_type h) noexcept : m_h(h) {}
   void reset() noexcept {
     if (m_h) detail::abandon_child(std::exchange(m_h, {}));
   }
@@ -129,7 +131,8 @@ class [[nodiscard]] spawn_op {
   /// fork immediately joined. Either way the child runs under the awaiting task's stop
   /// token (weft/stop.hpp). Evaluates to its value or rethrows its exception.
   WEFT_INLINE auto operator co_await() && {
-    if (m_prio == detail::k_inherit_priority && m_target == nullptr) return awaiter{m_task.release(), nullptr};
+    if (m_prio == detail::k_inherit_priority && m_target == nullptr)
+      return awaiter{detail::release_task(m_task), nullptr};
     return awaiter{take(), this};  // forked in await_suspend, once the awaiting task is known
   }
 
@@ -202,7 +205,7 @@ class [[nodiscard]] spawn_op {
   WEFT_INLINE handle_type take() {
     if (!m_task.valid()) [[unlikely]]
       detail::throw_bad_await("weft::spawn: empty or moved-from task");
-    return m_task.release();
+    return detail::release_task(m_task);
   }
 
   task<T> m_task;

@@ -57,7 +57,7 @@ class [[nodiscard]] bulk_join_op {
       if constexpr (!std::is_same_v<Storage, std::vector<task<T>>>) {
         return;
       } else {
-        for (auto& t : m_ts) (void)t.release();  // the vector's buffer still goes
+        for (auto& t : m_ts) (void)detail::release_task(t);  // the vector's buffer still goes
       }
     }
     std::destroy_at(&m_ts);
@@ -86,19 +86,20 @@ class [[nodiscard]] bulk_join_op {
     using promise = typename task<T>::promise_type;
     const std::size_t n = m_ts.size();
     if (const std::stop_token* tok = awaiting_token(awaiting)) [[unlikely]]
-      for (auto& t : m_ts) t.handle().promise().m_stop = tok;
-    promise& last = m_ts[n - 1].handle().promise();
+      for (auto& t : m_ts) detail::task_handle(t).promise().m_stop = tok;
+    promise& last = detail::task_handle(m_ts[n - 1]).promise();
     if (n > 1) {
       const auto child = [&](std::size_t i) {
-        return std::pair<promise_base*, std::coroutine_handle<>>{&m_ts[i].handle().promise(), m_ts[i].handle()};
+        return std::pair<promise_base*, std::coroutine_handle<>>{&detail::task_handle(m_ts[i]).promise(),
+                                                                 detail::task_handle(m_ts[i])};
       };
       fork_bulk(n - 1, child, true);
       // The inline child chains into its queued siblings, which share one priority.
       last.m_prio = static_cast<std::uint8_t>(t_prio);
-      last.m_next_join = m_ts[n - 2].handle().address();
+      last.m_next_join = detail::task_handle(m_ts[n - 2]).address();
     }
     last.m_continuation = awaiting;
-    return m_ts[n - 1].handle();
+    return detail::task_handle(m_ts[n - 1]);
   }
 
   /// The results in input order, or the lowest-index exception.

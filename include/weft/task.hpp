@@ -24,6 +24,8 @@ class task;
 
 namespace detail {
 
+struct task_access;
+
 /// How a finished task hands control on.
 enum class completion : std::uint8_t {
   awaited,   // co_await'ed inline, or a forked child popped back by its joiner: resume
@@ -268,7 +270,7 @@ class [[nodiscard]] task {
     detail::final_awaiter final_suspend() const noexcept { return {}; }
     void unhandled_exception() noexcept { this->m_result.set_error(std::current_exception()); }
   };
-  /// The coroutine handle type (release() / handle(); not API).
+  /// The coroutine handle type (of detail::task_handle and detail::release_task).
   using handle_type = std::coroutine_handle<promise_type>;
 
   /// An empty task; awaiting it throws std::logic_error.
@@ -326,17 +328,36 @@ class [[nodiscard]] task {
   /// Same as the rvalue form (a task is still awaited only once).
   awaiter operator co_await() & noexcept { return awaiter{m_h}; }
 
-  /// Not API: gives up ownership of the coroutine.
-  handle_type release() noexcept { return std::exchange(m_h, {}); }
-  /// Not API: the coroutine, still owned by this task.
-  handle_type handle() const noexcept { return m_h; }
-
  private:
+  friend struct detail::task_access;
   explicit task(handle_type h) noexcept : m_h(h) {}
   handle_type m_h;
 };
 
 namespace detail {
+/// The runtime's access to a task's coroutine (spawn, post, scope, ...).
+struct task_access {
+  /// The coroutine, still owned by `t`.
+  template <class T>
+  WEFT_INLINE static typename task<T>::handle_type handle(const task<T>& t) noexcept {
+    return t.m_h;
+  }
+  /// Takes the coroutine from `t` (which is left empty); the caller owns it.
+  template <class T>
+  WEFT_INLINE static typename task<T>::handle_type release(task<T>& t) noexcept {
+    return std::exchange(t.m_h, {});
+  }
+};
+/// task_access::handle(t).
+template <class T>
+WEFT_INLINE typename task<T>::handle_type task_handle(const task<T>& t) noexcept {
+  return task_access::handle(t);
+}
+/// task_access::release(t).
+template <class T>
+WEFT_INLINE typename task<T>::handle_type release_task(task<T>& t) noexcept {
+  return task_access::release(t);
+}
 /// True for weft::task<T> (any T).
 template <class T>
 struct is_task : std::false_type {};

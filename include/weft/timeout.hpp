@@ -90,9 +90,9 @@ task<timeout_result<T>> deadline_task(task<T> t, std::chrono::steady_clock::time
   std::exception_ptr stopped;  // weft::cancelled: a wait cut short by a stop
   try {
     if constexpr (std::is_void_v<T>) {
-      co_await run_under_token<typename task<T>::promise_type>{t.handle(), &token};
+      co_await run_under_token<typename task<T>::promise_type>{detail::task_handle(t), &token};
     } else {
-      r.value.emplace(co_await run_under_token<typename task<T>::promise_type>{t.handle(), &token});
+      r.value.emplace(co_await run_under_token<typename task<T>::promise_type>{detail::task_handle(t), &token});
     }
   } catch (const cancelled&) {
     stopped = std::current_exception();

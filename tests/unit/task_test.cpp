@@ -263,7 +263,8 @@ TEMPLATE_LIST_TEST_CASE("task: frames start on a 64-byte line, so over-aligned l
     }
     int bad = 0;
     for (auto& t : ts) {
-      if (reinterpret_cast<std::uintptr_t>(t.handle().address()) % 64 != 0) ++bad;  // the frame itself
+      if (reinterpret_cast<std::uintptr_t>(weft::detail::task_handle(t).address()) % 64 != 0)
+        ++bad;  // the frame itself
       if (!co_await t) ++bad;
     }
     co_return bad;

@@ -90,7 +90,7 @@ WEFT_INLINE bool release_joined_frames(Range& ts) noexcept {
     frame_stack& s = t_frame_cache.m_stack;
     std::uintptr_t top = s.m_top;
     for (std::size_t i = n; i-- > 0;) {
-      const auto h = ts[i].handle();
+      const auto h = detail::task_handle(ts[i]);
       if (!h.promise().m_plain_params) return false;
       const auto start = reinterpret_cast<std::uintptr_t>(h.address());
       if (!frame_ends_at(start, top)) return false;
@@ -118,7 +118,8 @@ struct run_inline_awaiter {
 template <class Range>
 void rethrow_first_error(const Range& ts) {
   for (const auto& t : ts)
-    if (t.handle().promise().m_result.has_error()) std::rethrow_exception(t.handle().promise().m_result.error());
+    if (detail::task_handle(t).promise().m_result.has_error())
+      std::rethrow_exception(detail::task_handle(t).promise().m_result.error());
 }
 
 /// The results of finished tasks `ts` in order (nothing for void), or the first
@@ -131,7 +132,7 @@ auto collect(std::vector<task<T>>& ts) {
   } else {
     std::vector<T> out;
     out.reserve(ts.size());
-    for (auto& t : ts) out.push_back(t.handle().promise().m_result.take());
+    for (auto& t : ts) out.push_back(detail::task_handle(t).promise().m_result.take());
     return out;
   }
 }
@@ -142,7 +143,7 @@ auto collect(std::array<task<T>, N>& ts) {
     rethrow_first_error(ts);
   } else {
     return [&]<std::size_t... I>(std::index_sequence<I...>) {
-      return std::array<T, N>{ts[I].handle().promise().m_result.take()...};  // in order
+      return std::array<T, N>{detail::task_handle(ts[I]).promise().m_result.take()...};  // in order
     }(std::make_index_sequence<N>{});
   }
 }
@@ -157,7 +158,7 @@ template <class T, std::size_t N>
   requires(!std::is_void_v<T>)
 bounded_vector<T, N> collect(bounded_vector<task<T>, N>& ts) {
   bounded_vector<T, N> out;  // one return statement: constructed in the caller's object
-  for (auto& t : ts) out.emplace_back(t.handle().promise().m_result.take());  // in order
+  for (auto& t : ts) out.emplace_back(detail::task_handle(t).promise().m_result.take());  // in order
   return out;
 }
 

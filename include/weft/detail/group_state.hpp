@@ -24,6 +24,7 @@ struct index_range;
 namespace weft::detail {
 
 struct exec_context;  // a stack that runs members: a runner's own, or a fiber (src/group.cpp)
+struct runner;        // runs members, each with its own weft::group (src/group_impl.hpp)
 
 /// The internal cancellation a member throws at its next claim/barrier after another
 /// member failed. Deliberately not a std::exception; swallowed by the runtime.

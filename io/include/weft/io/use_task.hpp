@@ -100,6 +100,53 @@ decltype(auto) weft_value(A&& a) noexcept {
   }
 }
 
+/// The runtime's access to the protocol members of the operation awaitables (async_op,
+/// timeout_op, cancel_op; private there). Sink protocol: the handler's slot and
+/// completion (sink_handler). Stop relay protocol: has_completed, resume_after_stop and
+/// on_stop (stop_relay). Operation protocol: make, start and io_executor.
+struct sink_access {
+  /// The awaitable Op made from `a...`.
+  template <class Op, class... A>
+  static Op make(A&&... a) {
+    return Op(std::forward<A>(a)...);
+  }
+  /// Starts operation `op` with a handler that completes into `sink` (see async_op::start).
+  template <class Op, class Sink>
+  static void start(Op& op, Sink& sink) {
+    op.start(sink);
+  }
+  /// The I/O executor of operation `op`.
+  template <class Op>
+  static auto io_executor(const Op& op) {
+    return op.io_executor();
+  }
+  /// The slot Asio's cancellation of the operation goes through (on the I/O thread).
+  template <class Sink>
+  static asio::cancellation_slot cancellation_slot(Sink& sink) noexcept {
+    return sink.cancellation_slot();
+  }
+  /// Stores the completion values and resumes the task when it may (on the I/O thread).
+  template <class Sink, class... A>
+  static void complete(Sink& sink, A&&... a) {
+    sink.complete(std::forward<A>(a)...);
+  }
+  /// True once complete() stored the values.
+  template <class Sink>
+  static bool has_completed(const Sink& sink) noexcept {
+    return sink.has_completed();
+  }
+  /// Resumes the task after a completion that waited for the relay's emit().
+  template <class Sink>
+  static void resume_after_stop(Sink& sink) noexcept {
+    sink.resume_after_stop();
+  }
+  /// The task's token was stopped: cancels the operation (on the I/O thread).
+  template <class Sink>
+  static void on_stop(Sink& sink) {
+    sink.on_stop();
+  }
+};
+
 /// The Asio handler of a weft operation: forwards the completion values (error codes
 /// in weft's categories, weft_value) to a sink (the awaiting operation object) and
 /// exposes the sink's cancellation slot to Asio.
@@ -108,8 +155,8 @@ class sink_handler {
  public:
   explicit sink_handler(Sink& sink) noexcept : m_sink(&sink) {}
   using cancellation_slot_type = asio::cancellation_slot;
-  cancellation_slot_type get_cancellation_slot() const noexcept { return m_sink->cancellation_slot(); }
-  void operator()(Args... args) { m_sink->complete(weft_value(std::move(args))...); }
+  cancellation_slot_type get_cancellation_slot() const noexcept { return sink_access::cancellation_slot(*m_sink); }
+  void operator()(Args... args) { sink_access::complete(*m_sink, weft_value(std::move(args))...); }
 
  private:
   Sink* m_sink;
@@ -206,10 +253,10 @@ class stop_relay {
   };
   void emit(Sink& sink) {  // on the I/O thread
     m_emit_ran = true;
-    if (sink.has_completed()) {
-      sink.resume_after_stop();  // completed meanwhile and waited for this
+    if (sink_access::has_completed(sink)) {
+      sink_access::resume_after_stop(sink);  // completed meanwhile and waited for this
     } else {
-      sink.on_stop();
+      sink_access::on_stop(sink);
     }
   }
 
@@ -238,9 +285,6 @@ class [[nodiscard]] async_op {
   /// The completion values as a tuple.
   using values_type = std::tuple<Args...>;
 
-  /// Not API: made by asio::async_result<use_task_t, ...>::initiate.
-  async_op(Initiation init, InitArgs args) : m_init(std::move(init)), m_args(std::move(args)) {}
-
   /// Never ready: the operation starts in await_suspend.
   bool await_ready() const noexcept { return false; }
   /// Records the awaiting coroutine `h` (and the executor it awaits from) and starts the
@@ -268,7 +312,15 @@ class [[nodiscard]] async_op {
   /// The completion values: nothing, the one value, or a std::tuple of them.
   result_type await_resume() { return detail::op_result<Args...>::take(std::move(*m_values)); }
 
-  /// Not API: starts the operation with a handler that completes into `sink`. The
+ private:
+  friend struct detail::sink_access;
+  static constexpr bool k_watchable = detail::has_io_executor<Initiation>;
+  using relay_type = detail::stop_relay<async_op, typename detail::io_executor_of<Initiation>::type>;
+
+  /// Made by asio::async_result<use_task_t, ...>::initiate.
+  async_op(Initiation init, InitArgs args) : m_init(std::move(init)), m_args(std::move(args)) {}
+
+  /// Starts the operation with a handler that completes into `sink`. The
   /// initiation and its arguments move to this stack frame first, so that the
   /// operation object is never touched after the initiation handed the handler on.
   /// Called once, by the awaiting thread or the operation's I/O thread.
@@ -278,10 +330,10 @@ class [[nodiscard]] async_op {
     InitArgs args = std::move(m_args);
     std::apply([&](auto&... a) { std::move(init)(detail::sink_handler<Sink, Args...>(sink), std::move(a)...); }, args);
   }
-  /// Not API: the I/O executor of the operation's object (for timers and cancellation).
+  /// The I/O executor of the operation's object (for timers and cancellation).
   auto io_executor() const { return m_init.get_executor(); }
 
-  /// Not API: sink protocol: the slot of the stop relay while one watches the task's
+  /// Sink protocol: the slot of the stop relay while one watches the task's
   /// token, else none.
   asio::cancellation_slot cancellation_slot() noexcept {
     if constexpr (k_watchable) {
@@ -289,7 +341,7 @@ class [[nodiscard]] async_op {
     }
     return {};
   }
-  /// Not API: sink protocol: stores the completion values and resumes the awaiting task
+  /// Sink protocol: stores the completion values and resumes the awaiting task
   /// (called once, on the thread that completes the operation; with a stop relay, once
   /// its posted cancellation, if any, ran too).
   void complete(Args... args) {
@@ -299,19 +351,15 @@ class [[nodiscard]] async_op {
     }
     m_waiter.resume();
   }
-  /// Not API: stop relay protocol: true once complete() stored the values.
+  /// Stop relay protocol: true once complete() stored the values.
   bool has_completed() const noexcept { return m_values.has_value(); }
-  /// Not API: stop relay protocol: resumes the task after a completion that waited for
+  /// Stop relay protocol: resumes the task after a completion that waited for
   /// the relay's emit().
   void resume_after_stop() noexcept { m_waiter.resume(); }
-  /// Not API: stop relay protocol: cancels the operation through the relay's slot.
+  /// Stop relay protocol: cancels the operation through the relay's slot.
   void on_stop() {
     if constexpr (k_watchable) m_relay->emit_terminal();
   }
-
- private:
-  static constexpr bool k_watchable = detail::has_io_executor<Initiation>;
-  using relay_type = detail::stop_relay<async_op, typename detail::io_executor_of<Initiation>::type>;
 
   Initiation m_init;
   InitArgs m_args;
@@ -347,7 +395,8 @@ class async_result<weft::io::use_task_t, void(Args...)> {
   static auto initiate(Initiation&& init, weft::io::use_task_t, InitArgs&&... args) {
     using op =
         weft::io::async_op<std::decay_t<Initiation>, std::tuple<std::decay_t<InitArgs>...>, std::decay_t<Args>...>;
-    return op(std::forward<Initiation>(init), std::tuple<std::decay_t<InitArgs>...>(std::forward<InitArgs>(args)...));
+    return weft::io::detail::sink_access::make<op>(
+        std::forward<Initiation>(init), std::tuple<std::decay_t<InitArgs>...>(std::forward<InitArgs>(args)...));
   }
 };
 

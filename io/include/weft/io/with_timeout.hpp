@@ -56,9 +56,6 @@ class [[nodiscard]] timeout_op {
   using traits = detail::op_traits<Op>;
 
  public:
-  /// Not API: made by with_timeout.
-  timeout_op(Op op, Duration d) : m_op(std::move(op)), m_duration(d) {}
-
   /// Never ready: the operation starts in await_suspend.
   bool await_ready() const noexcept { return false; }
   /// Records the awaiting coroutine `h`, then starts the timer and the operation on the
@@ -68,7 +65,7 @@ class [[nodiscard]] timeout_op {
   void await_suspend(std::coroutine_handle<Promise> h) {
     m_waiter.capture(h);
     if (const std::stop_token* t = weft::detail::awaiting_token(h); t != nullptr && t->stop_possible()) m_token = *t;
-    asio::dispatch(m_op.io_executor(), [this] { begin(); });  // inline when on the I/O thread
+    asio::dispatch(detail::sink_access::io_executor(m_op), [this] { begin(); });  // inline when on the I/O thread
   }
   /// The completion values; the error_code is error::timed_out when the timer cancelled
   /// the operation (error::cancelled when the task's stop did).
@@ -78,9 +75,17 @@ class [[nodiscard]] timeout_op {
     return traits::take(std::move(*m_values));
   }
 
-  /// Not API: sink protocol (on the I/O thread): the slot the timer cancels through.
+ private:
+  friend struct detail::sink_access;
+  using relay_type =
+      detail::stop_relay<timeout_op, std::decay_t<decltype(detail::sink_access::io_executor(std::declval<Op&>()))>>;
+
+  /// Made by with_timeout.
+  timeout_op(Op op, Duration d) : m_op(std::move(op)), m_duration(d) {}
+
+  /// Sink protocol (on the I/O thread): the slot the timer cancels through.
   asio::cancellation_slot cancellation_slot() noexcept { return m_signal.slot(); }
-  /// Not API: sink protocol (on the I/O thread): stores the values, stops the timer.
+  /// Sink protocol (on the I/O thread): stores the values, stops the timer.
   template <class... Args>
   void complete(Args... args) {
     m_values.emplace(std::move(args)...);
@@ -88,22 +93,19 @@ class [[nodiscard]] timeout_op {
     if (m_relay && !m_relay->completed()) ++m_pending;  // the relay's posted stop must run first
     done_one();
   }
-  /// Not API: stop relay protocol (detail::stop_relay, on the I/O thread).
+  /// Stop relay protocol (detail::stop_relay, on the I/O thread).
   bool has_completed() const noexcept { return m_values.has_value(); }
-  /// Not API: stop relay protocol: the relay's posted stop ran after the completion.
+  /// Stop relay protocol: the relay's posted stop ran after the completion.
   void resume_after_stop() noexcept { done_one(); }
-  /// Not API: stop relay protocol: the task's token was stopped; cancel through the
+  /// Stop relay protocol: the task's token was stopped; cancel through the
   /// timer's signal unless the timer did already.
   void on_stop() {
     if (!m_fired) m_signal.emit(asio::cancellation_type::terminal);
   }
 
- private:
-  using relay_type = detail::stop_relay<timeout_op, std::decay_t<decltype(std::declval<Op&>().io_executor())>>;
-
   void begin() {
     m_pending = 2;
-    m_timer.emplace(m_op.io_executor(), m_duration);
+    m_timer.emplace(detail::sink_access::io_executor(m_op), m_duration);
     m_timer->async_wait([this](const std::error_code& ec) {
       if (!ec && !m_values) {
         m_fired = true;
@@ -111,9 +113,9 @@ class [[nodiscard]] timeout_op {
       }
       done_one();
     });
-    m_op.start(*this);
+    detail::sink_access::start(m_op, *this);
     if (m_token.stop_possible()) {
-      m_relay.emplace(std::move(m_token), m_op.io_executor());
+      m_relay.emplace(std::move(m_token), detail::sink_access::io_executor(m_op));
       m_relay->listen(*this);  // runs the stop at once (posted) if already requested
     }
   }
@@ -148,7 +150,7 @@ auto with_timeout(Op&& op, std::chrono::duration<Rep, Period> d) {
   static_assert(detail::op_traits<op_t>::k_has_error_code,
                 "weft::io::with_timeout: the operation's first completion value must be a std::error_code");
   const auto steady = std::chrono::duration_cast<std::chrono::steady_clock::duration>(d);
-  return timeout_op<op_t, std::chrono::steady_clock::duration>(std::forward<Op>(op), steady);
+  return detail::sink_access::make<timeout_op<op_t, std::chrono::steady_clock::duration>>(std::forward<Op>(op), steady);
 }
 
 /// The awaitable of with_cancel(op, token). Awaited once; not thread-safe (one owner).
@@ -157,42 +159,44 @@ class [[nodiscard]] cancel_op {
   using traits = detail::op_traits<Op>;
 
  public:
-  /// Not API: made by with_cancel.
-  cancel_op(Op op, std::stop_token token) : m_op(std::move(op)), m_token(std::move(token)) {}
-
   /// Never ready: the operation starts in await_suspend.
   bool await_ready() const noexcept { return false; }
   /// Records the awaiting coroutine `h`, then starts the operation and listens to the
   /// token on the operation's I/O thread (inline when already there).
   void await_suspend(std::coroutine_handle<> h) {
     m_waiter.capture(h);
-    asio::dispatch(m_op.io_executor(), [this] { begin(); });
+    asio::dispatch(detail::sink_access::io_executor(m_op), [this] { begin(); });
   }
   /// The completion values (weft::io::error::cancelled when cancelled).
   typename traits::result_type await_resume() { return traits::take(std::move(*m_values)); }
 
-  /// Not API: sink protocol (on the I/O thread): the slot a cancellation goes through.
+ private:
+  friend struct detail::sink_access;
+  using relay_type =
+      detail::stop_relay<cancel_op, std::decay_t<decltype(detail::sink_access::io_executor(std::declval<Op&>()))>>;
+
+  /// Made by with_cancel.
+  cancel_op(Op op, std::stop_token token) : m_op(std::move(op)), m_token(std::move(token)) {}
+
+  /// Sink protocol (on the I/O thread): the slot a cancellation goes through.
   asio::cancellation_slot cancellation_slot() noexcept { return m_relay->slot(); }
-  /// Not API: sink protocol (on the I/O thread): stores the values, stops listening.
+  /// Sink protocol (on the I/O thread): stores the values, stops listening.
   template <class... Args>
   void complete(Args... args) {
     m_values.emplace(std::move(args)...);
     if (m_relay->completed()) m_waiter.resume();  // else the relay's posted stop resumes
   }
-  /// Not API: stop relay protocol (detail::stop_relay, on the I/O thread).
+  /// Stop relay protocol (detail::stop_relay, on the I/O thread).
   bool has_completed() const noexcept { return m_values.has_value(); }
-  /// Not API: stop relay protocol: the relay's posted stop ran after the completion.
+  /// Stop relay protocol: the relay's posted stop ran after the completion.
   void resume_after_stop() noexcept { m_waiter.resume(); }
-  /// Not API: stop relay protocol: cancels the operation through the relay's slot.
+  /// Stop relay protocol: cancels the operation through the relay's slot.
   void on_stop() { m_relay->emit_terminal(); }
-
- private:
-  using relay_type = detail::stop_relay<cancel_op, std::decay_t<decltype(std::declval<Op&>().io_executor())>>;
 
   void begin() {
     const bool watch = m_token.stop_possible();
-    m_relay.emplace(std::move(m_token), m_op.io_executor());  // before start: the slot is its
-    m_op.start(*this);
+    m_relay.emplace(std::move(m_token), detail::sink_access::io_executor(m_op));  // before start: the slot is its
+    detail::sink_access::start(m_op, *this);
     if (watch) m_relay->listen(*this);  // runs the stop at once (posted) if already requested
   }
 
@@ -210,13 +214,13 @@ class [[nodiscard]] cancel_op {
 /// thread; the task resumes on the executor it awaited from.
 template <asio_operation Op>
 auto with_cancel(Op&& op, std::stop_token token) {
-  return cancel_op<std::remove_cvref_t<Op>>(std::forward<Op>(op), std::move(token));
+  return detail::sink_access::make<cancel_op<std::remove_cvref_t<Op>>>(std::forward<Op>(op), std::move(token));
 }
 
 /// with_cancel(op, source.get_token()).
 template <asio_operation Op>
 auto with_cancel(Op&& op, const cancel_source& source) {
-  return cancel_op<std::remove_cvref_t<Op>>(std::forward<Op>(op), source.get_token());
+  return detail::sink_access::make<cancel_op<std::remove_cvref_t<Op>>>(std::forward<Op>(op), source.get_token());
 }
 
 }  // namespace weft::io
