@@ -1,0 +1,36 @@
+# cmake -DCLANG_TIDY=<exe> -DROOT=<source dir> -DBUILD_DIR=<build dir> -P check_tidy.cmake
+# Runs clang-tidy (checks: ROOT/.clang-tidy) over the library's sources, src/*.cpp and
+# io/src/*.cpp, as BUILD_DIR/compile_commands.json compiles them; fails on any finding.
+# The file list comes from compile_commands.json when the test runs: every library
+# source the build compiles, and only those (tests and benchmarks are not checked).
+set(db "${BUILD_DIR}/compile_commands.json")
+if(NOT EXISTS "${db}")
+  message(FATAL_ERROR "check_tidy: ${db} is missing (configure with CMAKE_EXPORT_COMPILE_COMMANDS=ON)")
+endif()
+file(READ "${db}" json)
+string(JSON count LENGTH "${json}")
+set(sources "")
+if(count GREATER 0)
+  math(EXPR last "${count} - 1")
+  foreach(i RANGE ${last})
+    string(JSON file GET "${json}" ${i} file)
+    if(file MATCHES "^${ROOT}/(src|io/src)/[^/]+\\.cpp$")
+      list(APPEND sources "${file}")
+    endif()
+  endforeach()
+endif()
+list(REMOVE_DUPLICATES sources)
+list(SORT sources)
+list(LENGTH sources n)
+if(n EQUAL 0)
+  message(FATAL_ERROR "check_tidy: no src/ or io/src/ source of ${ROOT} in ${db}")
+endif()
+string(TIMESTAMP t0 "%s")
+execute_process(COMMAND "${CLANG_TIDY}" -p "${BUILD_DIR}" --quiet ${sources} WORKING_DIRECTORY "${ROOT}"
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+string(TIMESTAMP t1 "%s")
+math(EXPR seconds "${t1} - ${t0}")
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "check_tidy: ${CLANG_TIDY} found problems in ${n} files (exit ${rc}):\n${out}\n${err}")
+endif()
+message(STATUS "check_tidy: ${n} files pass .clang-tidy (${seconds} s)")
