@@ -37,9 +37,17 @@ void wake_locked(pool_impl& pool, worker& w, bool as_searcher) noexcept {
   // Caller holds m_idle_mutex and has removed w from m_sleeping.
   pool.m_idle.fetch_add(as_searcher ? k_searching_one - 1 : std::uint64_t(-1), std::memory_order_seq_cst);
   w.m_futex.store(1, std::memory_order_release);  // pairs with the acquire load in park()
-  futex_wake_one(w.m_futex);
+  w.wake_up();
 }
 }  // namespace
+
+void worker::wake_up() noexcept {
+  if (m_reactor != nullptr) {
+    m_reactor->wake();
+  } else {
+    futex_wake_one(m_futex);
+  }
+}
 
 bool pool_impl::any_work_seq_cst() const noexcept {
   for (const auto& w : m_workers)
@@ -97,19 +105,38 @@ bool worker::park() noexcept {
   for (const auto& other : pool.m_workers)
     if (other.get() != this)
       for (unsigned p = 0; p < other->m_prios; ++p) other->m_deques[p].request_share();
-  if (pool.any_work_seq_cst()) {
-    std::unique_lock lock(pool.m_idle_mutex);
-    auto it = std::find(pool.m_sleeping.begin(), pool.m_sleeping.end(), this);
-    if (it != pool.m_sleeping.end()) {
-      pool.m_sleeping.erase(it);
-      pool.m_idle.fetch_sub(1, std::memory_order_seq_cst);
-      return false;
-    }
-    // A waker took us off the list already; consume its wake-up below.
+  if (pool.any_work_seq_cst() && unpark()) return false;
+  // Else: a waker may have taken us off the list already; its wake-up is consumed below.
+  if (m_reactor != nullptr) {
+    if (wait_in_reactor()) return false;  // its own events woke it: back to the loop, not parked
+  } else {
+    while (m_futex.load(std::memory_order_acquire) == 0) futex_wait(m_futex, 0);
   }
-  while (m_futex.load(std::memory_order_acquire) == 0) futex_wait(m_futex, 0);
   if (pool.m_done.load(std::memory_order_relaxed)) return true;
   m_searching = true;  // the waker counted us as a searcher
+  return false;
+}
+
+bool worker::unpark() noexcept {
+  std::lock_guard lock(m_pool.m_idle_mutex);
+  auto it = std::find(m_pool.m_sleeping.begin(), m_pool.m_sleeping.end(), this);
+  if (it == m_pool.m_sleeping.end()) return false;  // a waker took it off the list: its wake-up stands
+  m_pool.m_sleeping.erase(it);
+  m_pool.m_idle.fetch_sub(1, std::memory_order_seq_cst);
+  return true;
+}
+
+bool worker::wait_in_reactor() noexcept {
+  // Parked with a reactor (an io_pool ring): wait there, so that both a waker (m_futex,
+  // then wake()) and the reactor's own events (a completion, a call queued to the ring)
+  // end the wait. For the latter the worker takes itself off the parked list and goes
+  // back to its loop, which polls the reactor. A waker that took it off the list first
+  // has stored m_futex under m_idle_mutex already, so unpark() failing means m_futex is 1.
+  while (m_futex.load(std::memory_order_acquire) == 0) {
+    if (m_reactor->pending() && unpark()) return true;
+    if (m_futex.load(std::memory_order_acquire) != 0) break;
+    m_reactor->wait();
+  }
   return false;
 }
 

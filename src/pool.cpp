@@ -4,12 +4,12 @@
 #include <stdexcept>
 #include <string>
 
-#include "futex.hpp"
 #include "pool_impl.hpp"
 
 namespace weft::detail {
 
-pool_impl::pool_impl(thread_pool& owner, const pool_options& opts) : m_owner(owner), m_opts(opts) {
+pool_impl::pool_impl(thread_pool& owner, const pool_options& opts, std::span<worker_reactor* const> reactors)
+    : m_owner(owner), m_opts(opts) {
   if (opts.threads == 0)
     throw std::invalid_argument("weft::thread_pool: pool_options::threads must be at least 1 (got 0)");
   if (opts.threads > 4096)
@@ -23,6 +23,11 @@ pool_impl::pool_impl(thread_pool& owner, const pool_options& opts) : m_owner(own
                                 " (got " + std::to_string(opts.spins) + ")");
   m_workers.reserve(opts.threads);
   for (unsigned i = 0; i < opts.threads; ++i) m_workers.push_back(std::make_unique<worker>(*this, i, opts.priorities));
+  if (!reactors.empty()) {
+    if (reactors.size() != opts.threads)
+      throw std::invalid_argument("weft::thread_pool: one reactor per worker is needed");
+    for (unsigned i = 0; i < opts.threads; ++i) m_workers[i]->m_reactor = reactors[i];
+  }
   compute_steal_orders(*this);
 }
 
@@ -65,7 +70,7 @@ void pool_impl::schedule(void* item, unsigned prio) {
       w->m_inbox.push(prio, item);
       m_idle.fetch_add(k_searching_one - 1, std::memory_order_seq_cst);
       w->m_futex.store(1, std::memory_order_release);
-      futex_wake_one(w->m_futex);
+      w->wake_up();
       return;
     }
   }
@@ -92,6 +97,11 @@ void check_priority(const executor& ex, unsigned prio, const char* what) {
 }
 
 thread_pool::thread_pool(pool_options options) : m_impl(std::make_unique<detail::pool_impl>(*this, options)) {
+  m_impl->start();
+}
+
+thread_pool::thread_pool(pool_options options, std::span<detail::worker_reactor* const> reactors)
+    : m_impl(std::make_unique<detail::pool_impl>(*this, options, reactors)) {
   m_impl->start();
 }
 

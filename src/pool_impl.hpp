@@ -11,9 +11,11 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <thread>
 #include <vector>
 
+#include "weft/detail/reactor.hpp"
 #include "weft/detail/split_deque.hpp"
 #include "weft/detail/worker_context.hpp"
 #include "weft/pool.hpp"
@@ -51,12 +53,15 @@ class inbox {
 struct alignas(k_cache_line) worker : worker_context {
   worker(pool_impl& pool, unsigned index, unsigned prios);
 
-  void run();                                                    // the loop (worker.cpp)
-  void* find_work() noexcept;                                    // highest priority first (worker.cpp)
-  void* search() noexcept;                                       // steal while searching (stealing.cpp)
-  void* steal_at(unsigned prio, bool ask) noexcept;              // one sweep over the victims (stealing.cpp)
-  bool park() noexcept;                                          // true when the pool is finished (idle.cpp)
-  void rearm_if_more(unsigned prio) noexcept;                    // keep urgent work announced (worker.cpp)
+  void run();                                        // the loop (worker.cpp)
+  void* find_work() noexcept;                        // highest priority first (worker.cpp)
+  void* search() noexcept;                           // steal while searching (stealing.cpp)
+  void* steal_at(unsigned prio, bool ask) noexcept;  // one sweep over the victims (stealing.cpp)
+  bool park() noexcept;                              // true when the pool is finished (idle.cpp)
+  void wake_up() noexcept;                           // after m_futex = 1: end its wait (idle.cpp)
+  bool unpark() noexcept;                            // off the parked list, unless a waker took it off (idle.cpp)
+  bool wait_in_reactor() noexcept;             // park()'s wait with a reactor; true: its events ended it (idle.cpp)
+  void rearm_if_more(unsigned prio) noexcept;  // keep urgent work announced (worker.cpp)
   bool lone_ripe(std::size_t key, std::uint64_t word) noexcept;  // patience with lone items (stealing.cpp)
 
   pool_impl& m_pool;
@@ -72,13 +77,14 @@ struct alignas(k_cache_line) worker : worker_context {
   };
   std::vector<lone_sighting> m_lone_seen;
   bool m_searching = false;                                     // counted as a searcher in the pool's idle word
+  worker_reactor* m_reactor = nullptr;                          // weft::io::io_pool's ring of this worker, if any
   alignas(k_cache_line) std::atomic<std::uint32_t> m_futex{0};  // 1 = woken
   std::thread m_thread;
 };
 
 class pool_impl {
  public:
-  pool_impl(thread_pool& owner, const pool_options& opts);
+  pool_impl(thread_pool& owner, const pool_options& opts, std::span<worker_reactor* const> reactors = {});
   ~pool_impl();
 
   void start();

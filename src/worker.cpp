@@ -18,6 +18,11 @@
 
 namespace weft::detail {
 
+namespace {
+/// With a reactor: items a busy worker runs between two polls of it.
+constexpr unsigned k_poll_every = 32;
+}  // namespace
+
 constinit thread_local worker_context* t_worker = nullptr;
 constinit thread_local executor* t_executor = nullptr;
 constinit thread_local unsigned t_prio = 0;
@@ -94,8 +99,18 @@ void worker::run() {
   t_unhandled_exception_hook = opts.on_unhandled_exception ? &opts.on_unhandled_exception : nullptr;
   if (opts.pin) pin_current_thread(m_index);
   run_thread_hook(opts.on_thread_start, m_index, "on_thread_start");
+  if (m_reactor != nullptr) m_reactor->attach(m_index);
+  unsigned io_tick = 0;
   for (;;) {
     void* item = find_work();
+    if (m_reactor != nullptr) [[unlikely]] {
+      // Idle: completions first (they resume their tasks right here), then stealing.
+      // Busy: a look every k_poll_every items, so that I/O is not starved by compute.
+      if (item == nullptr ? m_reactor->poll() : (++io_tick % k_poll_every == 0 && m_reactor->poll())) {
+        m_pool.leave_searching(*this);
+        if (item == nullptr) continue;
+      }
+    }
     if (item != nullptr)
       m_pool.leave_searching(*this);  // a woken worker may have found it here
     else
@@ -106,6 +121,7 @@ void worker::run() {
     }
     std::coroutine_handle<>::from_address(item).resume();
   }
+  if (m_reactor != nullptr) m_reactor->detach();
   run_thread_hook(opts.on_thread_stop, m_index, "on_thread_stop");
   t_unhandled_exception_hook = nullptr;
   t_worker = nullptr;

@@ -9,6 +9,7 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <span>
 
 #include "weft/executor.hpp"
 
@@ -46,6 +47,10 @@ struct pool_options {
 
 namespace detail {
 class pool_impl;
+class worker_reactor;
+}  // namespace detail
+namespace io {
+class io_pool;
 }
 
 /// A work-stealing pool of worker threads. Each worker has one deque per priority
@@ -87,6 +92,11 @@ class thread_pool final : public executor {
   std::size_t thread_count() const noexcept;
 
  private:
+  friend class io::io_pool;
+  // weft::io::io_pool's pool: worker i also drives reactors[i] (weft/detail/reactor.hpp),
+  // which must outlive the pool.
+  thread_pool(pool_options options, std::span<detail::worker_reactor* const> reactors);
+
   std::unique_ptr<detail::pool_impl> m_impl;
 };
 

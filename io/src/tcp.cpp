@@ -21,6 +21,8 @@
 #include <cerrno>
 #include <cstring>
 #include <deque>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "uring_impl.hpp"
@@ -221,7 +223,7 @@ std::error_code sleep_awaitable::await_resume() const noexcept {
 // ---- listener -----------------------------------------------------------------------------
 
 struct listener_state {
-  uring_context* m_ctx = nullptr;
+  uring_impl* m_ring = nullptr;  // every accept runs here (the loop thread of this ring)
   int m_fd = -1;
   uring_op m_accept;  // the accept SQE in flight (multishot where the kernel has it)
   bool m_armed = false;
@@ -345,6 +347,7 @@ void close_listener(void* p) {
   st->m_closing = true;
   const bool armed = st->m_armed;
   if (armed) {
+    st->m_accept.m_lingers = true;  // an io_pool stopping still dispatches its last CQE
     cancel_accept(*st);
     ++uring_impl::current()->m_lingering;  // freed by the accept's last CQE (on_accept_cqe); the loop waits for it
   } else {
@@ -385,6 +388,7 @@ accept_awaitable::accept_awaitable(uring_context& ctx, listener_state* st) noexc
   m_op.m_kind = op_kind::custom;
   m_op.m_start = &start_accept;
   m_op.m_arg = st;
+  if (st != nullptr) m_op.m_ring = st->m_ring;  // the listener's state is its ring's alone
 }
 
 accept_result accept_awaitable::await_resume() const noexcept {
@@ -428,17 +432,24 @@ void tcp_stream::cancel() {
   const std::uint64_t id = socket_id();
   const int fd = native_handle();
   if (fd < 0 || id == 0) return;
-  if (m_ctx->owns_current_thread()) {
-    detail::uring_impl::current()->cancel_socket(fd, id);
-    return;
+  // On an io_pool the socket's operations may be in flight on any worker's ring (each
+  // runs where its task was): every ring gets the cancel.
+  using detail::uring_access;
+  detail::uring_impl* const here = uring_access::here(*m_ctx);
+  for (std::size_t i = 0; i < uring_access::count(*m_ctx); ++i) {
+    detail::uring_impl& ring = uring_access::ring(*m_ctx, i);
+    if (&ring == here) {
+      ring.cancel_socket(fd, id);
+      continue;
+    }
+    auto* c = new detail::socket_cancel;  // std::bad_alloc leaves nothing more queued
+    c->m_fd = fd;
+    c->m_socket = id;
+    c->m_call.m_fn = &detail::socket_cancel::run;
+    c->m_call.m_arg = c;
+    c->m_call.m_discard = &detail::socket_cancel::discard;
+    ring.post_call(c->m_call);
   }
-  auto* c = new detail::socket_cancel;  // std::bad_alloc leaves nothing queued
-  c->m_fd = fd;
-  c->m_socket = id;
-  c->m_call.m_fn = &detail::socket_cancel::run;
-  c->m_call.m_arg = c;
-  c->m_call.m_discard = &detail::socket_cancel::discard;
-  m_ctx->impl().post_call(c->m_call);
 }
 
 void tcp_stream::close() noexcept {
@@ -456,6 +467,12 @@ std::error_code tcp_stream::set_no_delay(bool on) noexcept {
 }
 
 // ---- tcp_listener ---------------------------------------------------------------------------
+
+tcp_listener::tcp_listener(uring_context& ctx, std::size_t ring) : m_ctx(&ctx), m_ring(ring) {
+  if (ring >= ctx.ring_count())
+    throw std::out_of_range("weft::io::tcp_listener: ring " + std::to_string(ring) + " of a context with " +
+                            std::to_string(ctx.ring_count()) + " rings");
+}
 
 std::error_code tcp_listener::listen(const endpoint& at, const listen_options& o) noexcept {
   const int backlog = o.backlog;
@@ -480,7 +497,13 @@ std::error_code tcp_listener::listen(const endpoint& at, const listen_options& o
     ::close(fd);
     return std::make_error_code(std::errc::not_enough_memory);
   }
-  st->m_ctx = m_ctx;
+  using detail::uring_access;
+  if (m_ring != k_any_ring) {
+    st->m_ring = &uring_access::ring(*m_ctx, m_ring);
+  } else {
+    detail::uring_impl* const here = uring_access::here(*m_ctx);
+    st->m_ring = here != nullptr ? here : &uring_access::ring(*m_ctx, 0);
+  }
   st->m_fd = fd;
   st->m_limit = backlog > 0 ? static_cast<std::size_t>(backlog) : 1;
   m_state = st;
@@ -501,7 +524,7 @@ void tcp_listener::close() noexcept {
   st->m_close_call.m_fn = &detail::close_listener;
   st->m_close_call.m_arg = st;
   st->m_close_call.m_discard = &detail::discard_listener;
-  m_ctx->invoke(st->m_close_call);  // allocates nothing: cannot fail
+  detail::uring_access::invoke(*st->m_ring, st->m_close_call);  // allocates nothing: cannot fail
 }
 
 }  // namespace weft::io

@@ -83,7 +83,7 @@ unsigned checked_priorities(unsigned p) {
 
 }  // namespace
 
-uring_impl::uring_impl(uring_context& owner, const uring_options& options)
+uring_impl::uring_impl(uring_context& owner, const uring_options& options, bool own_thread)
     : m_owner(owner), m_priorities(checked_priorities(options.priorities)), m_ready(m_priorities) {
   if (options.entries < 8 || options.entries > 32768)
     throw std::invalid_argument("weft::io::uring_context: entries must be 8..32768 (got " +
@@ -120,6 +120,7 @@ uring_impl::uring_impl(uring_context& owner, const uring_options& options)
     io_uring_queue_exit(&m_ring);
     throw std::system_error(err, std::system_category(), "weft::io::uring_context: eventfd");
   }
+  if (!own_thread) return;  // an io_pool worker attaches
   try {
     m_thread = std::thread([this] { loop(); });
   } catch (...) {
@@ -148,6 +149,7 @@ io_uring_sqe* uring_impl::sqe() {
     io_uring_submit(&m_ring);  // full: hand what we have to the kernel, then retry
     s = io_uring_get_sqe(&m_ring);
   }
+  ++m_inflight;  // every SQE but the eventfd read (arm_wake) ends with one last CQE
   return s;
 }
 
@@ -249,13 +251,14 @@ void stop_watch::fire::operator()() const noexcept {
   w.m_call.m_fn = &cancel_watched;
   w.m_call.m_arg = &w;
   w.m_fired.store(true, std::memory_order_release);
-  w.m_ctx->impl().post_call(w.m_call);  // always queued, also when run inline by watch_begin
+  w.m_ring->post_call(w.m_call);  // always queued, also when run inline by watch_begin
 }
 
 void uring_impl::watch_begin(uring_op& op) {
   stop_watch* w = op.m_watch;
   if (w == nullptr) return;
   ++op.m_pending;                                          // the registration's count
+  w->m_ring = t_loop;                                      // where the operation runs: its cancel must run there too
   w->m_callback.emplace(w->m_token, stop_watch::fire{w});  // fires at once when stopped meanwhile
 }
 
@@ -287,6 +290,7 @@ void uring_impl::post_call(loop_call& c, bool new_work) {
   c.m_next = nullptr;
   *m_calls_tail = &c;
   m_calls_tail = &c.m_next;
+  m_has_calls.store(true, std::memory_order_release);
   wake_if_sleeping(lock);
 }
 
@@ -307,7 +311,11 @@ void uring_impl::stop() {
 }
 
 void uring_impl::arm_wake() {
-  io_uring_sqe* s = sqe();
+  io_uring_sqe* s = io_uring_get_sqe(&m_ring);
+  while (s == nullptr) {
+    io_uring_submit(&m_ring);
+    s = io_uring_get_sqe(&m_ring);
+  }
   io_uring_prep_read(s, m_eventfd, &m_eventfd_value, sizeof m_eventfd_value, 0);
   io_uring_sqe_set_data64(s, k_wake_data);
 }
@@ -334,6 +342,7 @@ void uring_impl::dispatch(std::uint64_t data, int res, unsigned flags) {
   }
   if (data == k_ignore_data) return;
   auto* op = reinterpret_cast<uring_op*>(data & ~k_timeout_bit);
+  if (m_draining && !op->m_lingers) return;  // its task is abandoned (io_pool stopped)
   if ((data & k_timeout_bit) != 0) {
     if (res == -ETIME) op->m_timed_out = true;
   } else {
@@ -344,7 +353,7 @@ void uring_impl::dispatch(std::uint64_t data, int res, unsigned flags) {
   if (--op->m_pending == 0) op->m_waiter.resume();
 }
 
-void uring_impl::reap() {
+unsigned uring_impl::reap() {
   struct completion {
     std::uint64_t data;
     int res;
@@ -352,28 +361,39 @@ void uring_impl::reap() {
   };
   io_uring_cqe* cqes[k_reap_batch];
   completion done[k_reap_batch];
+  unsigned ops = 0;
   for (;;) {
     const unsigned n = io_uring_peek_batch_cqe(&m_ring, cqes, k_reap_batch);
-    if (n == 0) return;
+    if (n == 0) return ops;
     // Copied out and released first: the tasks resumed below prepare new SQEs, and the
     // kernel may reuse the CQ slots.
-    for (unsigned i = 0; i < n; ++i) done[i] = {cqes[i]->user_data, cqes[i]->res, cqes[i]->flags};
+    for (unsigned i = 0; i < n; ++i) {
+      done[i] = {cqes[i]->user_data, cqes[i]->res, cqes[i]->flags};
+      if (done[i].data != k_wake_data) {
+        ++ops;
+        if ((done[i].flags & IORING_CQE_F_MORE) == 0) --m_inflight;
+      }
+    }
     io_uring_cq_advance(&m_ring, n);
     for (unsigned i = 0; i < n; ++i) dispatch(done[i].data, done[i].res, done[i].flags);
-    if (n < k_reap_batch) return;
+    if (n < k_reap_batch) return ops;
   }
 }
 
-void uring_impl::loop() {
-  t_loop = this;
-  weft::detail::t_executor = &m_owner;
-  weft::detail::t_prio = 0;
+void uring_impl::enable_here() {
   if (m_enable_on_loop) {
     // liburing 2.3 (Debian 12) has no io_uring_enable_rings(): the register call itself.
     if (::syscall(__NR_io_uring_register, m_ring.ring_fd, IORING_REGISTER_ENABLE_RINGS, nullptr, 0) < 0)
       std::fprintf(stderr, "weft::io::uring_context: enabling the ring failed: %s\n", std::strerror(errno));
   }
   arm_wake();
+}
+
+void uring_impl::loop() {
+  t_loop = this;
+  weft::detail::t_executor = &m_owner;
+  weft::detail::t_prio = 0;
+  enable_here();
   std::vector<std::pair<void*, unsigned>> ready;
   for (;;) {
     bool stopping = false;
@@ -382,6 +402,7 @@ void uring_impl::loop() {
       std::lock_guard lock(m_mutex);
       calls = std::exchange(m_calls, nullptr);
       m_calls_tail = &m_calls;
+      m_has_calls.store(false, std::memory_order_relaxed);
       ready.swap(m_foreign_ready);
       stopping = m_stopping;
     }
@@ -422,48 +443,152 @@ void uring_impl::loop() {
   t_loop = nullptr;
 }
 
+// ---- io_pool: a worker of the pool drives the ring -------------------------------------
+//
+// The worker loop (src/worker.cpp) polls the ring when it finds no work, and every few
+// dozen items while it is busy. poll() runs the calls other threads queued, submits
+// every SQE the worker's tasks prepared since the last poll and, while operations are in
+// flight, enters the kernel once to collect completions (with deferred task work, that
+// is when the kernel completes them); then it resumes their tasks inline. A parked
+// worker waits in wait(): io_uring_enter for one CQE, with m_sleeping set so that a call
+// queued meanwhile writes the eventfd; the pool's wakers write it unconditionally.
+
+void uring_impl::attach(unsigned) noexcept {
+  t_loop = this;
+  enable_here();
+}
+
+bool uring_impl::run_calls() {
+  loop_call* calls = nullptr;
+  {
+    std::lock_guard lock(m_mutex);
+    calls = std::exchange(m_calls, nullptr);
+    m_calls_tail = &m_calls;
+    m_has_calls.store(false, std::memory_order_relaxed);
+  }
+  const bool any = calls != nullptr;
+  while (calls != nullptr) {
+    loop_call* const c = calls;
+    calls = c->m_next;  // read first: the call may free its node
+    c->m_fn(c->m_arg);
+  }
+  return any;
+}
+
+bool uring_impl::poll() noexcept {
+  const bool ran = m_has_calls.load(std::memory_order_acquire) && run_calls();
+  if (m_inflight != 0 || io_uring_sq_ready(&m_ring) != 0) {
+    const int r = io_uring_submit_and_get_events(&m_ring);
+    if (r < 0 && r != -EINTR && r != -EAGAIN && r != -EBUSY)
+      std::fprintf(stderr, "weft::io::io_pool: io_uring_enter failed: %s\n", std::strerror(-r));
+  }
+  return reap() != 0 || ran;
+}
+
+bool uring_impl::pending() const noexcept {
+  return m_has_calls.load(std::memory_order_acquire) || io_uring_cq_ready(&m_ring) != 0;
+}
+
+void uring_impl::wait() noexcept {
+  {
+    std::lock_guard lock(m_mutex);
+    if (m_calls != nullptr) return;
+    m_sleeping = true;
+  }
+  const int r = io_uring_submit_and_wait(&m_ring, 1);
+  if (r < 0 && r != -EINTR && r != -EAGAIN && r != -EBUSY && r != -ETIME)
+    std::fprintf(stderr, "weft::io::io_pool: io_uring_enter failed: %s\n", std::strerror(-r));
+  std::lock_guard lock(m_mutex);
+  m_sleeping = false;
+}
+
+void uring_impl::wake() noexcept {
+  const std::uint64_t one = 1;
+  [[maybe_unused]] const auto n = ::write(m_eventfd, &one, sizeof one);
+}
+
+void uring_impl::detach() noexcept {
+  {
+    std::lock_guard lock(m_mutex);
+    m_stopping = true;  // operations from other threads are refused from now on
+  }
+  // Closed listeners still wait for their accept's last CQE, which frees their state;
+  // nothing else is dispatched (the tasks of operations still in flight are abandoned).
+  m_draining = true;
+  for (int i = 0; m_lingering != 0 && i < 200; ++i) {
+    __kernel_timespec ts{.tv_sec = 0, .tv_nsec = 10'000'000};
+    io_uring_cqe* cqe = nullptr;
+    io_uring_submit_and_wait_timeout(&m_ring, &cqe, 1, &ts, nullptr);
+    reap();
+  }
+  t_loop = nullptr;
+}
+
 }  // namespace detail
 
-uring_context::uring_context(uring_options options) : m_impl(std::make_unique<detail::uring_impl>(*this, options)) {}
+uring_context::uring_context(uring_options options) {
+  m_rings.push_back(std::make_unique<detail::uring_impl>(*this, options));
+}
+
+uring_context::uring_context(detail::pool_mode, std::size_t rings, uring_options options) : m_pool_mode(true) {
+  m_rings.reserve(rings);
+  for (std::size_t i = 0; i < rings; ++i)
+    m_rings.push_back(std::make_unique<detail::uring_impl>(*this, options, /*own_thread=*/false));
+}
 
 uring_context::~uring_context() {
+  if (m_pool_mode) return;  // io_pool joined its workers already; the rings go with m_rings
   if (owns_current_thread()) {
     std::fprintf(stderr, "weft::io::uring_context: destroyed from its own thread (it would wait for itself)\n");
     std::abort();
   }
-  m_impl->stop();
+  m_rings[0]->stop();
 }
 
 void uring_context::schedule(std::coroutine_handle<> h, unsigned prio) {
   check_priority(*this, prio, "weft::io::uring_context::schedule");
   if (owns_current_thread()) {
-    m_impl->push_ready(h, prio);
+    m_rings[0]->push_ready(h, prio);
   } else {
-    m_impl->post_ready(h, prio);
+    m_rings[0]->post_ready(h, prio);
   }
 }
 
-unsigned uring_context::priorities() const noexcept { return m_impl->m_priorities; }
+unsigned uring_context::priorities() const noexcept { return m_rings[0]->m_priorities; }
 
 bool uring_context::owns_current_thread() const noexcept { return weft::detail::t_executor == this; }
 
-bool uring_context::has_multishot_accept() const noexcept { return m_impl->m_multishot_accept; }
+bool uring_context::has_multishot_accept() const noexcept { return m_rings[0]->m_multishot_accept; }
 
-bool uring_context::submit(detail::uring_op& op) {
-  if (owns_current_thread()) {
-    if (op.m_kind == detail::op_kind::custom) {
+namespace detail {
+
+bool uring_access::submit(uring_context& c, uring_op& op) {
+  uring_impl* const here = uring_access::here(c);
+  uring_impl& target = op.m_ring != nullptr ? *op.m_ring : here != nullptr ? *here : foreign_ring(c);
+  if (&target == here) {
+    if (op.m_kind == op_kind::custom) {
       if (op.m_start(op)) return false;
     } else {
-      m_impl->prepare(op);
+      here->prepare(op);
     }
-    detail::uring_impl::watch_begin(op);
+    uring_impl::watch_begin(op);
     return true;
   }
-  op.m_call.m_fn = &detail::uring_impl::start_foreign;
+  op.m_call.m_fn = &uring_impl::start_foreign;
   op.m_call.m_arg = &op;
-  m_impl->post_call(op.m_call, true);
+  target.post_call(op.m_call, true);
   return true;
 }
+
+void uring_access::invoke(uring_impl& r, loop_call& call) noexcept {
+  if (uring_impl::current() == &r) {
+    call.m_fn(call.m_arg);
+  } else {
+    r.post_call(call);
+  }
+}
+
+}  // namespace detail
 
 namespace detail {
 
@@ -473,22 +598,13 @@ bool uring_awaitable::suspend(std::coroutine_handle<> h) {
       m_op.m_res = -ECANCELED;
       return false;
     }
-    m_watch.m_ctx = m_ctx;
     m_watch.m_op = &m_op;
     m_op.m_watch = &m_watch;
   }
   m_op.m_waiter.capture(h);
-  return m_ctx->submit(m_op);
+  return uring_access::submit(*m_ctx, m_op);
 }
 
 }  // namespace detail
-
-void uring_context::invoke(detail::loop_call& c) noexcept {
-  if (owns_current_thread()) {
-    c.m_fn(c.m_arg);
-  } else {
-    m_impl->post_call(c);
-  }
-}
 
 }  // namespace weft::io

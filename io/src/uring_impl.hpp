@@ -1,9 +1,12 @@
-// io/src/uring_impl.hpp: the loop state of a uring_context, shared by the sources of
-// io/src (not installed, not API).
+// io/src/uring_impl.hpp: one io_uring ring with its loop state, shared by the sources of
+// io/src (not installed, not API). A uring_context has one, run by its own thread; an
+// io_pool has one per worker of its thread_pool, driven by that worker through the
+// worker_reactor interface (weft/detail/reactor.hpp).
 #pragma once
 
 #include <liburing.h>
 
+#include <atomic>
 #include <coroutine>
 #include <cstdint>
 #include <deque>
@@ -12,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "weft/detail/reactor.hpp"
 #include "weft/io/uring_context.hpp"
 
 namespace weft::io::detail {
@@ -22,10 +26,12 @@ inline constexpr std::uint64_t k_ignore_data = 3;  // cancels and other fire-and
 /// user_data bit 0 marks the linked timeout of the operation at (user_data & ~1).
 inline constexpr std::uint64_t k_timeout_bit = 1;
 
-class uring_impl {
+class uring_impl final : public weft::detail::worker_reactor {
  public:
-  uring_impl(uring_context& owner, const uring_options& options);
-  ~uring_impl();
+  /// `own_thread`: start the loop thread (uring_context); else a pool worker drives the
+  /// ring (io_pool: attach() on that worker makes it the ring's only submitter).
+  uring_impl(uring_context& owner, const uring_options& options, bool own_thread = true);
+  ~uring_impl() override;
 
   /// The loop of the calling thread, or nullptr off any loop thread.
   static uring_impl* current() noexcept;
@@ -65,6 +71,14 @@ class uring_impl {
   /// Refuses new work, lets the loop finish what is queued, joins its thread. Idempotent.
   void stop();
 
+  // ---- worker_reactor: an io_pool worker drives the ring (weft/detail/reactor.hpp) -------
+  void attach(unsigned index) noexcept override;
+  void detach() noexcept override;
+  bool poll() noexcept override;
+  bool pending() const noexcept override;
+  void wait() noexcept override;
+  void wake() noexcept override;
+
   uring_context& m_owner;
   const unsigned m_priorities;
   bool m_multishot_accept = false;
@@ -72,13 +86,18 @@ class uring_impl {
   /// Loop thread: internal SQEs whose last CQE must still come before the loop may end
   /// (a closed listener's cancelled accept, which frees its state and closes its fd).
   std::size_t m_lingering = 0;
+  /// Loop thread: SQEs whose last CQE has not been reaped (the eventfd read not counted);
+  /// an io_pool worker enters the kernel for completions only while there are some.
+  std::size_t m_inflight = 0;
 
  private:
   void loop();
   void arm_wake();
+  void enable_here();
   void wake_if_sleeping(std::unique_lock<std::mutex>& lock);
+  bool run_calls();
   bool run_ready();
-  void reap();
+  unsigned reap();
   void dispatch(std::uint64_t data, int res, unsigned flags);
 
   void note_socket(int fd, std::uint64_t id) noexcept;
@@ -96,8 +115,36 @@ class uring_impl {
   std::vector<std::pair<void*, unsigned>> m_foreign_ready;
   bool m_sleeping = false;  // the loop waits in io_uring_enter: wake it through the eventfd
   bool m_stopping = false;
+  std::atomic<bool> m_has_calls{false};  // m_calls is not empty (set under m_mutex; read without)
+
+  bool m_draining = false;  // io_pool worker done: only lingering operations are still dispatched
 
   std::thread m_thread;
+};
+
+/// What io/src may touch of a uring_context (its rings).
+struct uring_access {
+  static std::size_t count(const uring_context& c) noexcept { return c.m_rings.size(); }
+  static uring_impl& ring(uring_context& c, std::size_t i) noexcept { return *c.m_rings[i]; }
+  /// The calling thread's ring when it is one of `c`'s (its loop, or an io_pool worker's).
+  static uring_impl* here(const uring_context& c) noexcept {
+    uring_impl* r = uring_impl::current();
+    return r != nullptr && &r->m_owner == &c ? r : nullptr;
+  }
+  /// Where an operation started off `c`'s threads goes: the loop, or (io_pool) the
+  /// workers' rings in turn.
+  static uring_impl& foreign_ring(uring_context& c) noexcept {
+    if (c.m_rings.size() == 1) return *c.m_rings[0];
+    return *c.m_rings[c.m_next_ring.fetch_add(1, std::memory_order_relaxed) % c.m_rings.size()];
+  }
+  /// Starts `op` (uring_awaitable::suspend) on op.m_ring, else the calling worker's ring,
+  /// else foreign_ring(): prepared at once when that is this thread's ring (a custom op
+  /// may complete right there: then false, and the caller must not suspend), else
+  /// handed over as a call (true).
+  static bool submit(uring_context& c, uring_op& op);
+  /// Runs `call` on ring `r`: now when called on its thread, else queued (the node must
+  /// live until it ran). Allocates nothing.
+  static void invoke(uring_impl& r, loop_call& call) noexcept;
 };
 
 }  // namespace weft::io::detail

@@ -27,6 +27,7 @@
 #include "../../io/src/uring_impl.hpp"  // uring_impl::stop, to end the loop before destruction
 #include "io_support.hpp"
 #include "sync.hpp"
+#include "uring_impl.hpp"  // io/src: the white-box test below stops a loop
 
 using namespace std::chrono_literals;
 using weft::io::endpoint;
@@ -248,31 +249,6 @@ TEST_CASE("uring: sleep_for, sleep_until and the loop's own tasks", "[uring]") {
   CHECK_THROWS_AS(weft::sync_wait(*io, body(), 7), std::out_of_range);
 }
 
-TEST_CASE("uring: priorities order the loop's queued tasks", "[uring]") {
-  auto io = weft_io_test::make_uring_or_skip({.priorities = 4});
-  if (!io) return;
-  weft_test::gate started, release;
-  std::mutex m;
-  std::vector<unsigned> order;
-  auto hold = [&]() -> weft::task<void> {
-    started.open();
-    release.wait();
-    co_return;
-  };
-  auto mark = [&](unsigned p) -> weft::task<void> {
-    std::lock_guard lock(m);
-    order.push_back(p);
-    co_return;
-  };
-  weft::post(*io, hold());
-  started.wait();
-  for (unsigned p : {3u, 1u, 2u, 0u, 3u, 0u}) weft::post(*io, mark(p), p);
-  release.open();
-  weft::sync_wait(*io, mark(3), 3);  // queued last at the lowest priority: runs last
-  REQUIRE(order.size() == 7);
-  CHECK(order == std::vector<unsigned>{0, 0, 1, 2, 3, 3, 3});
-}
-
 TEST_CASE("uring: timeouts and cancellation", "[uring]") {
   const std::size_t fds_before = weft_io_test::fd_count();
   {
@@ -329,7 +305,8 @@ TEST_CASE("uring: timeouts and cancellation", "[uring]") {
     };
     auto h = std::thread([&] {
       while (!reading.load()) std::this_thread::yield();
-      std::this_thread::sleep_for(20ms);  // the read is in flight by then (a late cancel still ends it below)
+      weft_io_test::round_trip(pool);  // the reader suspended: its read is queued to the loop
+      weft_io_test::round_trip(*io);   // the read is submitted before the cancel is taken
       s.cancel();
     });
     auto ec = weft::sync_wait(pool, reader());
@@ -436,7 +413,8 @@ TEST_CASE("uring: with_cancel on sleeps and reads, from any thread", "[uring]") 
     };
     std::thread canceller([&] {
       while (!sleeping.load()) std::this_thread::yield();
-      std::this_thread::sleep_for(20ms);
+      weft_io_test::round_trip(pool);  // the sleeper suspended: its sleep is queued to the loop
+      weft_io_test::round_trip(*io);   // the sleep is submitted, its token watched
       stop.request_cancel();
     });
     const auto t0 = std::chrono::steady_clock::now();
@@ -583,8 +561,8 @@ TEST_CASE("uring: a listener closed from another thread after the loop ended is 
   tcp_listener l(*io);
   REQUIRE_FALSE(l.listen(endpoint::loopback(0)));
   const endpoint ep = l.local_endpoint();
-  io->impl().stop();  // the loop has ended; the context is still alive
-  l.close();          // from this thread: queued for a loop that will never run it
+  weft::io::detail::uring_access::ring(*io, 0).stop();  // the loop has ended; the context is still alive
+  l.close();                                            // from this thread: queued for a loop that will never run it
   {
     tcp_listener again(*io);
     CHECK(again.listen(ep) == std::errc::address_in_use);  // still open: the close waits

@@ -262,7 +262,12 @@ struct listen_options {
   bool reuse_port = false;
 };
 
-/// A listening TCP socket of a uring_context. Accepts with one multishot accept where
+/// A listening TCP socket of a uring_context. Its accepts run on one ring: the context's,
+/// or on an io_pool the ring of the worker given to the constructor (then a task of the
+/// pool that awaits accept() resumes on that worker). For a service on every worker of
+/// an io_pool, make one listener per worker with listen_options::reuse_port and run one
+/// accept loop on each (README: "A service on every core").
+/// Accepts with one multishot accept where
 /// the kernel has it (uring_context::has_multishot_accept: one SQE serves every
 /// connection; connections that arrive with nobody waiting are queued, see listen()),
 /// else one accept per call. Move-only; closes on
@@ -271,10 +276,16 @@ struct listen_options {
 /// an accept already pending does not). The context must outlive it.
 class tcp_listener {
  public:
-  /// A listener of `ctx`, not listening yet (listen() makes the socket).
+  /// A listener of `ctx`, not listening yet (listen() makes the socket). On an io_pool
+  /// its accepts run on the ring of the worker that calls listen(), or worker 0's when
+  /// listen() is called from another thread.
   explicit tcp_listener(uring_context& ctx) noexcept : m_ctx(&ctx) {}
+  /// A listener whose accepts run on ring `ring` of `ctx`: an io_pool's worker index.
+  /// Throws std::out_of_range when ring >= ctx.ring_count().
+  tcp_listener(uring_context& ctx, std::size_t ring);
   /// Takes over `o`'s listening socket; `o` is left not listening.
-  tcp_listener(tcp_listener&& o) noexcept : m_ctx(o.m_ctx), m_state(std::exchange(o.m_state, nullptr)) {}
+  tcp_listener(tcp_listener&& o) noexcept
+      : m_ctx(o.m_ctx), m_ring(o.m_ring), m_state(std::exchange(o.m_state, nullptr)) {}
   tcp_listener& operator=(tcp_listener&&) = delete;
   /// Closes the listener, if listening (as close()).
   ~tcp_listener() { close(); }
@@ -303,7 +314,9 @@ class tcp_listener {
   void close() noexcept;
 
  private:
+  static constexpr std::size_t k_any_ring = static_cast<std::size_t>(-1);
   uring_context* m_ctx;
+  std::size_t m_ring = k_any_ring;  // the ring index given to the constructor
   detail::listener_state* m_state = nullptr;
 };
 

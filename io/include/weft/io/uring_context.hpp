@@ -14,12 +14,14 @@
 
 #include <atomic>
 #include <coroutine>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <stop_token>
 #include <system_error>
 #include <type_traits>
+#include <vector>
 
 #include "weft/executor.hpp"
 #include "weft/io/detail/waiter.hpp"
@@ -71,6 +73,7 @@ struct loop_call {
 };
 
 struct uring_op;
+class uring_impl;
 
 /// Watches a stop token for one ring operation (every uring awaitable has one; the loop
 /// runs the protocol, io/src/uring_context.cpp). The token is the awaiting task's
@@ -92,7 +95,7 @@ struct stop_watch {
   bool m_main_done = false;          // loop thread: the operation itself has ended
   std::atomic<bool> m_fired{false};  // the callback ran (release, read after unregistering)
   std::optional<std::stop_callback<fire>> m_callback;
-  uring_context* m_ctx = nullptr;
+  uring_impl* m_ring = nullptr;  // the ring the operation runs on (set when it starts)
   uring_op* m_op = nullptr;
   loop_call m_call;  // the cancel, queued to the loop by the callback
 
@@ -128,11 +131,16 @@ struct uring_op {
   /// waiting (then sets m_res and returns true: it has ended); false when it is not.
   bool (*m_cancel)(uring_op&) = nullptr;
   stop_watch* m_watch = nullptr;  // set while a token is watched (see stop_watch)
+  /// The ring it must run on (a listener's accept: the listener's ring); null: the
+  /// ring of the calling worker (io_pool), else the context's.
+  uring_impl* m_ring = nullptr;
+  bool m_lingers = false;  // a closed listener's accept: its last CQE still matters at shutdown
   waiter m_waiter;
   loop_call m_call;  // submitted from another thread: the hand-off to the loop
 };
 
-class uring_impl;
+struct uring_access;
+struct pool_mode {};
 
 }  // namespace detail
 
@@ -149,8 +157,10 @@ class uring_impl;
 /// socket of this context, first (a listener closed from another thread after the
 /// loop stopped is released only when the destructor ends). Destroying it from its
 /// own thread aborts.
+/// weft::io::io_pool (weft/io/io_pool.hpp) is the other kind: a thread_pool whose
+/// workers each drive a ring; sockets and timers work the same on both.
 /// Thread-safe.
-class uring_context final : public executor {
+class uring_context : public executor {
  public:
   /// Sets up the ring and starts the loop thread. Throws uring_unavailable when
   /// io_uring cannot be used (see there), std::invalid_argument for bad options,
@@ -175,19 +185,19 @@ class uring_context final : public executor {
   /// newer (multishot accept with deferred task work); else one accept per call.
   /// Thread-safe.
   bool has_multishot_accept() const noexcept;
+  /// The number of rings: 1, or an io_pool's worker count. Thread-safe.
+  std::size_t ring_count() const noexcept { return m_rings.size(); }
 
-  /// Not API: starts `op`. On the loop thread it is prepared at once and may complete
-  /// right there (custom ops): then false is returned and the caller must not suspend.
-  /// From another thread it is handed to the loop and true is returned.
-  bool submit(detail::uring_op& op);
-  /// Not API: runs c.m_fn(c.m_arg) on the loop thread (now, when called there; else
-  /// `c` is queued and must live until the call ran). Thread-safe; allocates nothing.
-  void invoke(detail::loop_call& c) noexcept;
-  /// Not API: the loop's state (io/src); its post_call is thread-safe, the rest is for the loop thread.
-  detail::uring_impl& impl() noexcept { return *m_impl; }
+ protected:
+  /// io_pool's base: `rings` rings, each driven by a worker of the io_pool's
+  /// thread_pool (no thread of its own). Throws as the public constructor.
+  uring_context(detail::pool_mode, std::size_t rings, uring_options options);
 
  private:
-  std::unique_ptr<detail::uring_impl> m_impl;
+  friend struct detail::uring_access;                        // io/src
+  std::vector<std::unique_ptr<detail::uring_impl>> m_rings;  // [0]: the loop, or worker 0's ring
+  std::atomic<std::size_t> m_next_ring{0};                   // io_pool: where other threads' operations go
+  bool m_pool_mode = false;
 };
 
 namespace detail {

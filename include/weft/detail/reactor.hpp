@@ -1,0 +1,37 @@
+// weft/detail/reactor.hpp: an event source that a pool worker drives besides its
+// queues. Not API: weft::io::io_pool gives each worker of its thread_pool an io_uring
+// ring through it (io/src/uring_context.cpp).
+//
+// How the worker loop (src/worker.cpp, src/idle.cpp) uses it:
+// * attach() once on the worker thread before it takes work; detach() after its last.
+// * poll() when the worker finds no work, and every few dozen items while it is busy:
+//   it submits what tasks prepared and resumes the tasks whose operations completed,
+//   inline, on this worker.
+// * A parked worker waits in wait() instead of on its futex word: wakers call wake().
+//   When wait() returns because of the reactor's own events (pending() is true, not
+//   a wake-up), the worker takes itself off the parked list and polls.
+#pragma once
+
+namespace weft::detail {
+
+class worker_reactor {
+ public:
+  virtual ~worker_reactor() = default;
+
+  /// The worker thread starts (its index): binds the reactor to it.
+  virtual void attach(unsigned index) noexcept = 0;
+  /// The worker's loop has ended (the pool is stopping): no task is resumed any more.
+  virtual void detach() noexcept = 0;
+  /// Worker thread: submits prepared work and resumes what completed (never blocks).
+  /// True when it ran anything.
+  virtual bool poll() noexcept = 0;
+  /// Worker thread: true when poll() may have something to do right now (cheap).
+  virtual bool pending() const noexcept = 0;
+  /// Worker thread, parked: blocks until wake() or one of the reactor's events, without
+  /// running any task. May return spuriously.
+  virtual void wait() noexcept = 0;
+  /// Any thread: makes a wait() in progress, or the next one, return.
+  virtual void wake() noexcept = 0;
+};
+
+}  // namespace weft::detail

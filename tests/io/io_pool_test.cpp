@@ -1,0 +1,380 @@
+// weft::io::io_pool: a thread_pool whose workers each own an io_uring ring. Echo over
+// one SO_REUSEPORT listener per worker, with every byte checked; operations resume on
+// the worker that started them; operations from threads outside the pool; timers;
+// compute forks from connection tasks; cancellation through a scope's token; the
+// parked workers still wake for posted work. Skipped where io_uring is unavailable.
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <weft/io/io.hpp>
+#include <weft/weft.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "io_support.hpp"
+
+using namespace std::chrono_literals;
+namespace wio = weft::io;
+using weft_io_test::failures;
+
+namespace {
+
+std::unique_ptr<wio::io_pool> make_pool_or_skip(std::size_t threads) {
+  try {
+    return std::make_unique<wio::io_pool>(weft::pool_options{.threads = threads});
+  } catch (const wio::uring_unavailable& e) {
+    WARN("SKIPPED (io_uring unavailable): " << e.what());
+    return nullptr;
+  }
+}
+
+weft::task<void> echo(wio::tcp_stream s) {
+  std::vector<char> buf(64 * 1024);
+  for (;;) {
+    auto [ec, n] = co_await s.read_some(buf.data(), buf.size());
+    if (ec) co_return;
+    auto w = co_await s.write_all(buf.data(), n);
+    if (w.ec) co_return;
+  }
+}
+
+weft::task<void> accept_loop(wio::tcp_listener& l, weft::scope<void>& conns, std::atomic<int>& accepted) {
+  for (;;) {
+    auto [ec, s] = co_await l.accept();
+    if (ec) co_return;
+    accepted.fetch_add(1, std::memory_order_relaxed);
+    conns.spawn(echo, std::move(s));
+  }
+}
+
+// The server: one listener per worker of `io` on the same port (SO_REUSEPORT), each with
+// its accept loop; serve_while() runs them while `work` runs, then stops the loops and
+// waits for the connections (which end when their clients close).
+struct server {
+  explicit server(wio::io_pool& io) {
+    std::uint16_t port = 0;
+    for (std::size_t i = 0; i < io.thread_count(); ++i) {
+      m_listeners.push_back(std::make_unique<wio::tcp_listener>(io, i));
+      const auto ec =
+          m_listeners.back()->listen(wio::endpoint::loopback(port), wio::listen_options{.reuse_port = true});
+      REQUIRE_FALSE(ec);
+      port = m_listeners.back()->local_endpoint().port();
+    }
+    m_endpoint = wio::endpoint::loopback(port);
+  }
+  std::vector<std::unique_ptr<wio::tcp_listener>> m_listeners;
+  wio::endpoint m_endpoint;
+  std::atomic<int> m_accepted{0};
+};
+
+weft::task<void> serve_while(server& srv, weft::task<void> work) {
+  weft::scope<> conns;
+  weft::scope<> loops;
+  for (auto& l : srv.m_listeners) loops.spawn(accept_loop, std::ref(*l), std::ref(conns), std::ref(srv.m_accepted));
+  co_await std::move(work);
+  loops.request_stop();
+  co_await loops.join();
+  co_await conns.join();
+}
+
+// A client on the pool: `messages` messages of random sizes, each read back and checked.
+weft::task<void> client(wio::io_pool& io, wio::endpoint at, std::uint32_t seed, int messages, failures& fail,
+                        std::atomic<std::uint64_t>& bytes) {
+  wio::tcp_stream s(io);
+  if (auto ec = co_await s.connect(at)) {
+    fail.add("connect: " + ec.message());
+    co_return;
+  }
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<std::size_t> size(1, 16 * 1024);
+  std::vector<char> out, in;
+  for (int m = 0; m < messages; ++m) {
+    const std::size_t n = size(rng);
+    out.resize(n);
+    for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<char>(rng());
+    auto w = co_await s.write_all(out.data(), n);
+    if (w.ec) {
+      fail.add("write: " + w.ec.message());
+      co_return;
+    }
+    in.assign(n, 0);
+    std::size_t got = 0;
+    while (got < n) {
+      auto [ec, k] = co_await s.read_some(in.data() + got, n - got);
+      if (ec) {
+        fail.add("read: " + ec.message());
+        co_return;
+      }
+      got += k;
+    }
+    if (std::memcmp(in.data(), out.data(), n) != 0) {
+      fail.add("echo differs");
+      co_return;
+    }
+    bytes.fetch_add(n, std::memory_order_relaxed);
+  }
+}
+
+weft::task<void> clients(wio::io_pool& io, wio::endpoint at, int count, int messages, failures& fail,
+                         std::atomic<std::uint64_t>& bytes) {
+  weft::scope<> all;
+  for (int i = 0; i < count; ++i)
+    all.spawn(client, std::ref(io), at, static_cast<std::uint32_t>(i + 1), messages, std::ref(fail), std::ref(bytes));
+  co_await all.join();
+}
+
+}  // namespace
+
+TEST_CASE("io_pool: echo over one reuse_port listener per worker, every byte checked", "[io][io_pool]") {
+  for (std::size_t threads : {1u, 2u, 4u}) {
+    auto io = make_pool_or_skip(threads);
+    if (!io) return;
+    server srv(*io);
+    failures fail;
+    std::atomic<std::uint64_t> bytes{0};
+    constexpr int k_clients = 64, k_messages = 20;
+    weft::sync_wait(*io, serve_while(srv, clients(*io, srv.m_endpoint, k_clients, k_messages, fail, bytes)));
+    INFO(threads << " threads: " << fail.m_count << " clients failed; first: " << fail.m_first);
+    CHECK(fail.m_count == 0);
+    CHECK(srv.m_accepted.load() == k_clients);
+    CHECK(bytes.load() > 0);
+  }
+}
+
+namespace {
+weft::task<bool> same_thread_across_reads(wio::io_pool& io, wio::endpoint at, int rounds) {
+  wio::tcp_stream s(io);
+  if (co_await s.connect(at)) co_return false;
+  bool same = true;
+  char c = 'x';
+  for (int i = 0; i < rounds; ++i) {
+    const auto before = std::this_thread::get_id();
+    auto w = co_await s.write_all(&c, 1);
+    auto r = co_await s.read_some(&c, 1);
+    if (w.ec || r.ec) co_return false;
+    same = same && before == std::this_thread::get_id();
+  }
+  co_return same;
+}
+}  // namespace
+
+TEST_CASE("io_pool: a task resumes on the worker that started its operation", "[io][io_pool]") {
+  auto io = make_pool_or_skip(2);
+  if (!io) return;
+  server srv(*io);
+  bool same = false;
+  weft::sync_wait(*io, serve_while(srv, [](wio::io_pool& io, wio::endpoint at, bool& out) -> weft::task<void> {
+    out = co_await same_thread_across_reads(io, at, 200);
+  }(*io, srv.m_endpoint, same)));
+  CHECK(same);
+}
+
+namespace {
+weft::task<void> wait_event(weft::manual_reset_event& ev) { co_await ev.wait(); }
+weft::task<void> await_fork(weft::fork_handle<void>& h) { co_await h; }
+
+// Fork-join fib on the pool's workers, from inside a connection.
+weft::task<long> fib(int n) {
+  if (n < 2) co_return n;
+  auto a = weft::spawn(fib(n - 1)).fork();
+  const long b = co_await fib(n - 2);
+  co_return co_await a + b;
+}
+
+weft::task<void> fib_echo(wio::tcp_stream s, std::atomic<int>& wrong) {
+  char c = 0;
+  for (;;) {
+    auto [ec, n] = co_await s.read_some(&c, 1);
+    if (ec) co_return;
+    const long f = co_await fib(c);  // compute forks from a connection task
+    if (f != (c == 20 ? 6765 : -1)) wrong.fetch_add(1);
+    auto w = co_await s.write_all(&c, 1);
+    if (w.ec) co_return;
+  }
+}
+}  // namespace
+
+TEST_CASE("io_pool: operations awaited from threads outside the pool", "[io][io_pool]") {
+  auto io = make_pool_or_skip(2);
+  if (!io) return;
+  server srv(*io);
+  failures fail;
+  std::atomic<std::uint64_t> bytes{0};
+  // The server runs on the pool; the clients on another pool, whose operations go to
+  // the io_pool's rings and resume on their own pool.
+  weft::manual_reset_event done;
+  auto served = weft::spawn(serve_while(srv, wait_event(done))).run_on(*io).fork();
+  {
+    weft::thread_pool other{{.threads = 1}};
+    for (std::uint32_t i = 0; i < 8; ++i) weft::sync_wait(other, client(*io, srv.m_endpoint, 100 + i, 10, fail, bytes));
+  }
+  done.set();
+  weft::sync_wait(*io, await_fork(served));
+  INFO(fail.m_count << " failed; first: " << fail.m_first);
+  CHECK(fail.m_count == 0);
+  CHECK(srv.m_accepted.load() == 8);
+  CHECK(bytes.load() > 0);
+}
+
+TEST_CASE("io_pool: timers on the workers, and posted work still wakes parked workers", "[io][io_pool]") {
+  auto io = make_pool_or_skip(2);
+  if (!io) return;
+  std::atomic<int> woke{0};
+  const auto t0 = std::chrono::steady_clock::now();
+  weft::sync_wait(*io, [](wio::io_pool& io, std::atomic<int>& woke) -> weft::task<void> {
+    weft::scope<> s;
+    for (int i = 0; i < 500; ++i)
+      s.spawn(
+          [](wio::io_pool& io, std::atomic<int>& woke, int i) -> weft::task<void> {
+            auto ec = co_await wio::sleep_for(io, std::chrono::milliseconds(1 + i % 20));
+            if (!ec) woke.fetch_add(1);
+          },
+          std::ref(io), std::ref(woke), i);
+    co_await s.join();
+  }(*io, woke));
+  CHECK(woke.load() == 500);
+  CHECK(std::chrono::steady_clock::now() - t0 >= 20ms);
+  // Idle workers wait in their rings: work posted from here must still wake them.
+  for (int i = 0; i < 2000; ++i) CHECK(weft::sync_wait(*io, []() -> weft::task<int> { co_return 7; }()) == 7);
+}
+
+TEST_CASE("io_pool: compute forks inside connection tasks", "[io][io_pool]") {
+  auto io = make_pool_or_skip(2);
+  if (!io) return;
+  wio::tcp_listener l(*io, 0);
+  REQUIRE_FALSE(l.listen(wio::endpoint::loopback(0)));
+  const auto at = l.local_endpoint();
+  std::atomic<int> wrong{0};
+  failures fail;
+  weft::sync_wait(*io,
+                  [](wio::io_pool& io, wio::tcp_listener& l, wio::endpoint at, std::atomic<int>& wrong,
+                     failures& fail) -> weft::task<void> {
+                    weft::scope<> conns;
+                    weft::scope<> cl;
+                    for (int i = 0; i < 8; ++i)
+                      cl.spawn(
+                          [](wio::io_pool& io, wio::endpoint at, failures& fail) -> weft::task<void> {
+                            wio::tcp_stream s(io);
+                            if (auto ec = co_await s.connect(at)) {
+                              fail.add("connect: " + ec.message());
+                              co_return;
+                            }
+                            for (int k = 0; k < 5; ++k) {
+                              char c = 20;
+                              auto w = co_await s.write_all(&c, 1);
+                              auto r = co_await s.read_some(&c, 1);
+                              if (w.ec || r.ec || c != 20) fail.add("fib echo failed");
+                            }
+                          },
+                          std::ref(io), at, std::ref(fail));
+                    for (int i = 0; i < 8; ++i) {
+                      auto [ec, s] = co_await l.accept();
+                      if (ec) {
+                        fail.add("accept: " + ec.message());
+                        break;
+                      }
+                      conns.spawn(fib_echo, std::move(s), std::ref(wrong));
+                    }
+                    co_await cl.join();
+                    co_await conns.join();
+                    l.close();
+                  }(*io, l, at, wrong, fail));
+  INFO(fail.m_first);
+  CHECK(fail.m_count == 0);
+  CHECK(wrong.load() == 0);
+}
+
+namespace {
+weft::task<void> read_until_stopped(wio::tcp_stream s, std::atomic<int>& cancelled) {
+  char c;
+  auto [ec, n] = co_await s.read_some(&c, 1);  // nobody writes: only the stop ends it
+  if (ec == std::errc::operation_canceled) cancelled.fetch_add(1);
+}
+}  // namespace
+
+TEST_CASE("io_pool: a scope's stop ends reads pending on every worker; fds come back", "[io][io_pool]") {
+  auto io = make_pool_or_skip(2);
+  if (!io) return;
+  const std::size_t fds_before = weft_io_test::fd_count();
+  std::atomic<int> cancelled{0};
+  {
+    wio::tcp_listener l(*io, 1);
+    REQUIRE_FALSE(l.listen(wio::endpoint::loopback(0)));
+    std::vector<int> peers;
+    for (int i = 0; i < 32; ++i) peers.push_back(weft_io_test::connect_plain(l.local_endpoint()));
+    weft::sync_wait(*io, [](wio::io_pool& io, wio::tcp_listener& l, std::atomic<int>& cancelled) -> weft::task<void> {
+      weft::scope<> readers;
+      for (int i = 0; i < 32; ++i) {
+        auto [ec, s] = co_await l.accept();
+        if (ec) co_return;
+        readers.spawn(read_until_stopped, std::move(s), std::ref(cancelled));
+      }
+      co_await wio::sleep_for(io, 20ms);  // the reads are in flight (on whichever rings)
+      readers.request_stop();
+      co_await readers.join();
+      l.close();
+    }(*io, l, cancelled));
+    for (int fd : peers) ::close(fd);
+  }
+  CHECK(cancelled.load() == 32);
+  // The listener's socket is closed once its ring has reaped the cancelled accept
+  // (asynchronous, on worker 1): a bounded wait.
+  const auto until = std::chrono::steady_clock::now() + 5s;
+  while (weft_io_test::fd_count() != fds_before && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(1ms);
+  CHECK(weft_io_test::fd_count() == fds_before);
+}
+
+TEST_CASE("io_pool: bad options", "[io][io_pool]") {
+  CHECK_THROWS_AS(wio::io_pool(weft::pool_options{.threads = 0}), std::invalid_argument);
+  CHECK_THROWS_AS(wio::io_pool(weft::pool_options{.threads = 5000}), std::invalid_argument);
+  auto io = make_pool_or_skip(2);
+  if (!io) return;
+  CHECK(io->ring_count() == 2);
+  CHECK_THROWS_AS(wio::tcp_listener(*io, 2), std::out_of_range);
+}
+
+namespace {
+// A timer completion resumes the task on its ring's worker while the other workers steal
+// the children it forks, and tasks from outside the pool keep arriving.
+weft::task<long> timer_then_fork(wio::io_pool& io, int rounds, std::uint32_t seed) {
+  long sum = 0;
+  for (int r = 0; r < rounds; ++r) {
+    auto ec = co_await wio::sleep_for(io, std::chrono::microseconds((seed * 31 + r * 17) % 50));
+    if (ec) co_return -1;
+    auto child = weft::spawn(fib(10)).fork();
+    sum += co_await fib(8) + co_await child;
+  }
+  co_return sum;
+}
+
+weft::task<long> timers_racing_steals(wio::io_pool& io, int tasks, int rounds) {
+  weft::scope<long> all;
+  for (int i = 0; i < tasks; ++i) all.spawn(timer_then_fork, std::ref(io), rounds, static_cast<std::uint32_t>(i));
+  long total = 0;
+  while (auto v = co_await all.next()) total += *v;
+  co_return total;
+}
+}  // namespace
+
+TEST_CASE("io_pool: completions racing steals (TSan stress)", "[io][io_pool]") {
+  auto io = make_pool_or_skip(4);  // more workers than CI's cores: preemption mid-protocol
+  if (!io) return;
+  constexpr int k_tasks = 200, k_rounds = 20;
+  std::atomic<long> outside{0};
+  std::thread poster([&] {
+    for (int i = 0; i < 200; ++i) outside += weft::sync_wait(*io, fib(12));
+  });
+  const long total = weft::sync_wait(*io, timers_racing_steals(*io, k_tasks, k_rounds));
+  poster.join();
+  CHECK(total == long{k_tasks} * k_rounds * (55 + 21));
+  CHECK(outside.load() == 200 * 144);
+}
