@@ -18,6 +18,8 @@
 //   asio        plain Asio C++20 coroutines, one io_context per thread (the peer a weft
 //               user would otherwise write);
 //   weft-asio   weft tasks over T weft::io::asio_executor, use_task;
+//   weft        weft tasks on one weft::io::io_pool of T workers, each with its own
+//               io_uring ring; one listener and accept loop per worker;
 //   weft-uring  weft tasks over T weft::io::uring_context, tcp_listener/tcp_stream;
 //   nginx       the Debian package, started by this binary with a generated config
 //               (worker_processes T, access log off, keep-alive) in a temporary
@@ -343,6 +345,31 @@ class weft_uring_server final : public server {
   accept_loops m_loops;  // last: stopped and joined first
 };
 
+// ---- weft tasks on an io_pool: a ring per worker ----------------------------------------------
+
+class weft_pool_server final : public server {
+ public:
+  explicit weft_pool_server(int threads) : m_io(weft::pool_options{.threads = static_cast<std::size_t>(threads)}) {
+    for (int i = 0; i < threads; ++i) {
+      m_listeners.push_back(std::make_unique<weft::io::tcp_listener>(m_io, static_cast<std::size_t>(i)));
+      const auto at = weft::io::endpoint::loopback(m_port);
+      if (auto ec = m_listeners[i]->listen(at, {.backlog = SOMAXCONN, .reuse_port = true}))
+        throw std::system_error(ec, "weft: listen");
+      m_port = m_listeners[0]->local_endpoint().port();
+    }
+    for (int i = 0; i < threads; ++i) m_loops.start(m_io, weft_uring_accept(*m_listeners[i], m_counters));
+  }
+  unsigned short port() const override { return m_port; }
+  const counters& stats() const override { return m_counters; }
+
+ private:
+  counters m_counters;
+  weft::io::io_pool m_io;
+  std::vector<std::unique_ptr<weft::io::tcp_listener>> m_listeners;
+  unsigned short m_port = 0;
+  accept_loops m_loops;  // last: stopped and joined first
+};
+
 // ---- nginx: the peer, as a child process ------------------------------------------------------
 
 /// A port free now on loopback (the kernel's pick; nginx binds it right after).
@@ -516,10 +543,10 @@ wrk_result run_wrk(unsigned short port, int connections, int seconds) {
 
 // ---- the command line --------------------------------------------------------------------------
 
-constexpr std::string_view k_flavors[] = {"weft-uring", "weft-asio", "asio", "nginx"};
+constexpr std::string_view k_flavors[] = {"weft", "weft-uring", "weft-asio", "asio", "nginx"};
 
 struct options {
-  std::string flavor = "weft-uring";
+  std::string flavor = "weft";
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   int connections = 256;
   int seconds = 5;
@@ -529,7 +556,7 @@ struct options {
 [[noreturn]] void usage(int status) {
   std::fprintf(status == 0 ? stdout : stderr,
                "usage: http [--flavor F] [--threads T] [--connections C] [--seconds S] [--runs R] [--list]\n"
-               "  --flavor F       one of: weft-uring weft-asio asio nginx (default weft-uring)\n"
+               "  --flavor F       one of: weft weft-uring weft-asio asio nginx (default weft)\n"
                "  --threads T      server threads (nginx: worker processes), 1..1024 (default: hardware threads)\n"
                "  --connections C  wrk's connections, 1..60000 (default 256); --size C says the same\n"
                "  --seconds S      length of each timed wrk run, 1..3600 (default 5)\n"
@@ -619,6 +646,8 @@ int main(int argc, char** argv) {
       srv = std::make_unique<asio_server>(o.threads);
     } else if (o.flavor == "weft-asio") {
       srv = std::make_unique<weft_asio_server>(o.threads);
+    } else if (o.flavor == "weft") {
+      srv = std::make_unique<weft_pool_server>(o.threads);
     } else if (o.flavor == "weft-uring") {
       srv = std::make_unique<weft_uring_server>(o.threads);
     } else {

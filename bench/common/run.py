@@ -62,7 +62,7 @@ WORKLOADS = [
              "n={} (switch flavors: n x 100,000 round trips; fib flavors: fib(n))", baseline="task", peers=("fib-fj",)),
     Workload("latency", ("fj",), 100_000, 2_000, "{:,} samples", baseline="none", peers=(), own_table=True),
     # Size = wrk's connections; requests/s and latency come as metrics, each over nginx's.
-    Workload("http", ("nginx", "weft-uring", "weft-asio", "asio"), 256, 64,
+    Workload("http", ("nginx", "weft", "weft-uring", "weft-asio", "asio"), 256, 64,
              "{} connections, wrk -t1 on the same machine, 5 s a run (--quick: 1 s)", baseline="nginx",
              peers=("nginx",), metrics=("http.rps", "http.p50_us", "http.p99_us"), baseline_1t_only=False,
              args=("--seconds", "5"), quick_args=("--seconds", "1")),

@@ -266,7 +266,7 @@ struct listen_options {
 /// or on an io_pool the ring of the worker given to the constructor (then a task of the
 /// pool that awaits accept() resumes on that worker). For a service on every worker of
 /// an io_pool, make one listener per worker with listen_options::reuse_port and run one
-/// accept loop on each (README: "A service on every core").
+/// accept loop on each (README.md, "A service on every core").
 /// Accepts with one multishot accept where
 /// the kernel has it (uring_context::has_multishot_accept: one SQE serves every
 /// connection; connections that arrive with nobody waiting are queued, see listen()),
