@@ -169,48 +169,15 @@ TEST_CASE("asio: echo, 1000 connections x 100 messages, 10% reset half-way", "[a
   CHECK(weft_io_test::fd_count() == fds_before);
 }
 
-TEST_CASE("asio_executor: a weft executor (sync_wait, post, resume_on, priorities)", "[asio]") {
-  asio_executor io{{.priorities = 4}};
-  weft::thread_pool pool{{.threads = 2}};
-  CHECK(io.priorities() == 4);
-  CHECK_FALSE(io.owns_current_thread());
-  auto where = [&]() -> weft::task<bool> { co_return io.owns_current_thread() && weft::current_executor() == &io; };
-  CHECK(weft::sync_wait(io, where()));
-  CHECK_THROWS_AS(weft::sync_wait(io, where(), 4), std::out_of_range);
+// What every executor does (sync_wait and post on its thread, priorities, resume_on
+// to and from it, channels, spawn, ...) is tested over all kinds, asio_executor
+// included: weft_test::executor_kinds (tests/support/executors.hpp).
+TEST_CASE("asio_executor: options, and wrapping a caller's context", "[asio]") {
+  asio_executor io{{.priorities = 3}};
+  CHECK(io.priorities() == 3);
   CHECK_THROWS_AS(asio_executor({.priorities = 0}), std::invalid_argument);
+  CHECK_THROWS_AS(asio_executor({.priorities = 17}), std::invalid_argument);
 
-  auto hop = [&]() -> weft::task<int> {
-    int ok = pool.owns_current_thread();
-    co_await weft::resume_on(io);
-    ok += io.owns_current_thread();
-    co_await weft::resume_on(pool);
-    ok += pool.owns_current_thread();
-    co_return ok;
-  };
-  CHECK(weft::sync_wait(pool, hop()) == 3);
-
-  // Priorities among its own queued tasks, while its thread is held.
-  weft_test::gate started, release;
-  std::mutex m;
-  std::vector<unsigned> order;
-  auto hold = [&]() -> weft::task<void> {
-    started.open();
-    release.wait();
-    co_return;
-  };
-  auto mark = [&](unsigned p) -> weft::task<void> {
-    std::lock_guard lock(m);
-    order.push_back(p);
-    co_return;
-  };
-  weft::post(io, hold());
-  started.wait();
-  for (unsigned p : {3u, 1u, 2u, 0u, 3u, 0u}) weft::post(io, mark(p), p);
-  release.open();
-  weft::sync_wait(io, mark(3), 3);
-  CHECK(order == std::vector<unsigned>{0, 0, 1, 2, 3, 3, 3});
-
-  // Wrapping a context the caller owns.
   asio::io_context ctx;
   {
     asio_executor wrapped(ctx);

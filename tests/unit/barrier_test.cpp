@@ -42,9 +42,9 @@ TEST_CASE("barrier: zero participants is an error", "[barrier]") {
 }
 
 TEMPLATE_LIST_TEST_CASE("barrier: tasks and a thread pass phase after phase together", "[barrier]",
-                        weft_test::all_executors) {
+                        weft_test::executor_kinds) {
   weft_test::g_failures = 0;
-  auto pool = TestType::make();
+  WEFT_TEST_EXECUTOR(pool);
   constexpr int k_tasks = 4, k_parties = k_tasks + 1;
   weft::barrier b{k_parties};
   phases p;

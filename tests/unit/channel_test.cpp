@@ -180,9 +180,9 @@ TEST_CASE("channel: elements left in a destroyed channel are destroyed", "[chann
 }
 
 TEMPLATE_LIST_TEST_CASE("channel: tasks see FIFO order, then the end after close", "[channel]",
-                        weft_test::all_executors) {
+                        weft_test::executor_kinds) {
   no_failures_at_exit guard;
-  auto pool = TestType::make();
+  WEFT_TEST_EXECUTOR(pool);
   for (std::size_t capacity : {std::size_t{1}, std::size_t{7}, weft::channel<int>::unbounded}) {
     weft::channel<int> ch{capacity};
     auto body = [&]() -> weft::task<std::vector<int>> {

@@ -78,8 +78,8 @@ TEST_CASE("auto_reset_event: one waiter per set, in FIFO order; a set with nobod
 }
 
 TEMPLATE_LIST_TEST_CASE("auto_reset_event: ping-pong between two tasks loses no wake-up", "[event]",
-                        weft_test::all_executors) {
-  auto pool = TestType::make();
+                        weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(pool);
   weft::auto_reset_event ping, pong;
   constexpr int k_rounds = 5000;
   std::atomic<int> pongs{0};

@@ -95,8 +95,8 @@ declining_awaitable operator co_await(via_free_operator v) noexcept { return {v.
 
 }  // namespace
 
-TEMPLATE_LIST_TEST_CASE("a task co_awaits a fiber's value", "[fiber]", weft_test::all_executors) {
-  auto pool = TestType::make();
+TEMPLATE_LIST_TEST_CASE("a task co_awaits a fiber's value", "[fiber]", weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(pool);
   REQUIRE(join(pool, weft::spawn_fiber([] { return 41 + 1; }, {.executor = &pool})) == 42);
   std::string s = join(pool, weft::spawn_fiber([] { return std::string(100, 'x'); }, {.executor = &pool}));
   REQUIRE(s == std::string(100, 'x'));
@@ -108,8 +108,8 @@ TEMPLATE_LIST_TEST_CASE("a task co_awaits a fiber's value", "[fiber]", weft_test
   REQUIRE(ran.load() == 1);
 }
 
-TEMPLATE_LIST_TEST_CASE("a fiber awaits tasks, forks, spawns and fibers", "[fiber]", weft_test::all_executors) {
-  auto pool = TestType::make();
+TEMPLATE_LIST_TEST_CASE("a fiber awaits tasks, forks, spawns and fibers", "[fiber]", weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(pool);
   auto h = weft::spawn_fiber(
       [] {
         std::int64_t sum = weft::await(square(3));    // a task, inline
@@ -158,8 +158,8 @@ TEST_CASE("a fiber awaits plain awaitables of every await_suspend shape", "[fibe
   CHECK_FALSE(weft::in_fiber());
 }
 
-TEMPLATE_LIST_TEST_CASE("exceptions cross fibers both ways", "[fiber]", weft_test::all_executors) {
-  auto pool = TestType::make();
+TEMPLATE_LIST_TEST_CASE("exceptions cross fibers both ways", "[fiber]", weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(pool);
   // The fiber's exception reaches the task awaiting it.
   auto failing = weft::spawn_fiber([]() -> int { throw std::runtime_error("fiber failed"); }, {.executor = &pool});
   REQUIRE_THROWS_WITH(join(pool, std::move(failing)), "fiber failed");

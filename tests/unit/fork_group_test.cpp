@@ -50,8 +50,8 @@ weft::task<std::uint64_t> tree(int depth, int fanout) {
 
 }  // namespace
 
-TEMPLATE_LIST_TEST_CASE("fork_group: join gives the results in fork order", "[fork_group]", weft_test::all_executors) {
-  auto pool = TestType::make();
+TEMPLATE_LIST_TEST_CASE("fork_group: join gives the results in fork order", "[fork_group]", weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(pool);
 
   SECTION("values, size, reuse") {
     auto r = weft::sync_wait(pool, []() -> weft::task<bool> {
@@ -102,8 +102,8 @@ TEMPLATE_LIST_TEST_CASE("fork_group: join gives the results in fork order", "[fo
 }
 
 TEMPLATE_LIST_TEST_CASE("fork_group: fork(fn, args...) forks what fn returns", "[fork_group]",
-                        weft_test::all_executors) {
-  auto pool = TestType::make();
+                        weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(pool);
   auto r = weft::sync_wait(pool, []() -> weft::task<bool> {
     weft::fork_group<int> g;
     for (int i = 0; i < 20; ++i) g.fork(square, i);
@@ -124,8 +124,8 @@ TEMPLATE_LIST_TEST_CASE("fork_group: fork(fn, args...) forks what fn returns", "
 }
 
 TEMPLATE_LIST_TEST_CASE("fork_group: the lowest-index exception is rethrown after every child finished", "[fork_group]",
-                        weft_test::all_executors) {
-  auto pool = TestType::make();
+                        weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(pool);
   std::atomic<int> ran{0};
   CHECK_THROWS_WITH(weft::sync_wait(pool,
                                     [](std::atomic<int>& runs) -> weft::task<int> {
@@ -139,11 +139,11 @@ TEMPLATE_LIST_TEST_CASE("fork_group: the lowest-index exception is rethrown afte
 }
 
 TEMPLATE_LIST_TEST_CASE("fork_group: a group destroyed before join detaches its children", "[fork_group]",
-                        weft_test::all_executors) {
+                        weft_test::executor_kinds) {
   std::atomic<int> live{0};
   std::atomic<int> ran{0};
   {
-    auto pool = TestType::make();
+    WEFT_TEST_EXECUTOR(pool);
     weft::sync_wait(pool, [](std::atomic<int>& alive, std::atomic<int>& runs) -> weft::task<void> {
       weft::fork_group<> g;
       for (int i = 0; i < 100; ++i) g.fork(holds(tracker{alive}, runs));
@@ -155,8 +155,8 @@ TEMPLATE_LIST_TEST_CASE("fork_group: a group destroyed before join detaches its 
 }
 
 TEMPLATE_LIST_TEST_CASE("fork_group: forking an empty task throws std::logic_error", "[fork_group]",
-                        weft_test::all_executors) {
-  auto pool = TestType::make();
+                        weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(pool);
   auto r = weft::sync_wait(pool, []() -> weft::task<bool> {
     weft::fork_group<int> g;
     g.fork(square(2));
@@ -173,8 +173,8 @@ TEMPLATE_LIST_TEST_CASE("fork_group: forking an empty task throws std::logic_err
 }
 
 TEMPLATE_LIST_TEST_CASE("fork_group<void>: a child's frame is freed as soon as it finishes, before the join",
-                        "[fork_group]", weft_test::all_executors) {
-  auto pool = TestType::make();
+                        "[fork_group]", weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(pool);
   weft::thread_pool elsewhere{{.threads = 1}};  // where the parent waits, off the children's workers
   std::atomic<int> live{0};
   std::atomic<int> ran{0};
@@ -196,8 +196,8 @@ TEMPLATE_LIST_TEST_CASE("fork_group<void>: a child's frame is freed as soon as i
 }
 
 TEMPLATE_LIST_TEST_CASE("fork_group<void>: memory is bounded by the children alive, not by those ever forked",
-                        "[fork_group]", weft_test::all_executors) {
-  auto pool = TestType::make();
+                        "[fork_group]", weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(pool);
   weft::thread_pool elsewhere{{.threads = 1}};
   std::atomic<int> live{0};
   std::atomic<int> ran{0};
@@ -230,8 +230,8 @@ TEMPLATE_LIST_TEST_CASE("fork_group<void>: memory is bounded by the children ali
 }
 
 TEMPLATE_LIST_TEST_CASE("fork_group<void>: the lowest-index exception, counted from the last join", "[fork_group]",
-                        weft_test::all_executors) {
-  auto pool = TestType::make();
+                        weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(pool);
   std::atomic<int> ran{0};
   auto first = [](std::atomic<int>& runs) -> weft::task<std::string> {
     weft::fork_group<> g;

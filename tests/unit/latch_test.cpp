@@ -57,8 +57,8 @@ TEST_CASE("latch: waiting tasks and threads pass only at zero", "[latch]") {
 }
 
 TEMPLATE_LIST_TEST_CASE("latch: no lost wake-up when the last count_down races the wait", "[latch]",
-                        weft_test::all_executors) {
-  auto pool = TestType::make();
+                        weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(pool);
   for (int round = 0; round < 300; ++round) {
     weft::latch l{1};
     std::atomic<int> passed{0};

@@ -73,9 +73,9 @@ TEST_CASE("mutex: try_lock, unlock and scoped guards", "[mutex]") {
   m.unlock();
 }
 
-TEMPLATE_LIST_TEST_CASE("mutex: tasks and threads exclude each other", "[mutex]", weft_test::all_executors) {
+TEMPLATE_LIST_TEST_CASE("mutex: tasks and threads exclude each other", "[mutex]", weft_test::executor_kinds) {
   weft_test::g_failures = 0;
-  auto pool = TestType::make();
+  WEFT_TEST_EXECUTOR(pool);
   guarded g;
   constexpr int k_tasks = 6, k_each = 2000, k_threads = 2;
   std::vector<std::thread> threads;

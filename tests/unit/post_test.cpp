@@ -23,7 +23,7 @@ struct observed {
   unsigned prio = 99;
 };
 
-weft::task<void> observe(weft::thread_pool& pool, observed& out, std::latch& done) {
+weft::task<void> observe(weft::executor& pool, observed& out, std::latch& done) {
   out.on_pool = pool.owns_current_thread();
   out.prio = weft::current_priority();
   done.count_down();
@@ -47,17 +47,17 @@ weft::task<void> marks(bool& ran, tracker) {
 }
 
 // Posts `n` children to the pool it runs on, from one of its workers.
-weft::task<void> post_from_inside(weft::thread_pool& pool, std::latch& done, int n) {
+weft::task<void> post_from_inside(weft::executor& pool, std::latch& done, int n) {
   for (int i = 0; i < n; ++i) weft::post(pool, counted_value(done));
   co_return;
 }
 
 }  // namespace
 
-TEMPLATE_LIST_TEST_CASE("post: the task runs on the pool at the given priority", "[post]", weft_test::all_executors) {
+TEMPLATE_LIST_TEST_CASE("post: the task runs on the pool at the given priority", "[post]", weft_test::executor_kinds) {
   observed seen[4];
   std::latch done{4};
-  auto pool = TestType::make();  // after what its tasks use: destroyed (and joined) first
+  WEFT_TEST_EXECUTOR(pool);  // after what its tasks use: destroyed (and joined) first
   REQUIRE(pool.priorities() == 4);
   for (unsigned p = 0; p < 4; ++p) weft::post(pool, observe(pool, seen[p], done), p);
   done.wait();
@@ -68,28 +68,28 @@ TEMPLATE_LIST_TEST_CASE("post: the task runs on the pool at the given priority",
 }
 
 TEMPLATE_LIST_TEST_CASE("post: default priority is 0; a task<T>'s value is discarded", "[post]",
-                        weft_test::all_executors) {
+                        weft_test::executor_kinds) {
   observed seen;
   std::latch done{2};
-  auto pool = TestType::make();
+  WEFT_TEST_EXECUTOR(pool);
   weft::post(pool, observe(pool, seen, done));
   weft::post(pool, counted_value(done));
   done.wait();
   CHECK(seen.prio == 0);
 }
 
-TEMPLATE_LIST_TEST_CASE("post: from one of the pool's own workers", "[post]", weft_test::all_executors) {
+TEMPLATE_LIST_TEST_CASE("post: from one of the pool's own workers", "[post]", weft_test::executor_kinds) {
   std::latch done{1'000};
-  auto pool = TestType::make();
+  WEFT_TEST_EXECUTOR(pool);
   weft::post(pool, post_from_inside(pool, done, 1'000));
   done.wait();
 }
 
 TEMPLATE_LIST_TEST_CASE("post: an exception in the task is reported, never std::terminate", "[post]",
-                        weft_test::all_executors) {
+                        weft_test::executor_kinds) {
   std::latch thrown{1};
   std::latch after{1};
-  auto pool = TestType::make();
+  WEFT_TEST_EXECUTOR(pool);
   weft::post(pool, throws_then_signals(thrown));
   thrown.wait();
   // The pool keeps working after the exception.

@@ -19,7 +19,7 @@ struct hops {
   bool back_on_a = false;
 };
 
-weft::task<hops> hop(weft::thread_pool& a, weft::thread_pool& b) {
+weft::task<hops> hop(weft::executor& a, weft::executor& b) {
   hops h;
   h.started_on_a = a.owns_current_thread();
   co_await weft::resume_on(b);
@@ -34,7 +34,7 @@ weft::task<unsigned> priority_after_hop(weft::thread_pool& to) {
   co_return weft::current_priority();
 }
 
-weft::task<int> hop_to_self_many(weft::thread_pool& pool, int n) {
+weft::task<int> hop_to_self_many(weft::executor& pool, int n) {
   int still_here = 0;
   for (int i = 0; i < n; ++i) {
     co_await weft::resume_on(pool);
@@ -62,8 +62,8 @@ weft::task<refused> hop_to_closing(weft::thread_pool& home, weft::thread_pool& c
 }  // namespace
 
 TEMPLATE_LIST_TEST_CASE("resume_on: the task continues on the other executor, and back", "[resume_on]",
-                        weft_test::all_executors) {
-  auto a = TestType::make();
+                        weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(a);
   weft::thread_pool b{{.threads = 2}};
   for (int round = 0; round < 100; ++round) {
     auto h = weft::sync_wait(a, hop(a, b));
@@ -74,8 +74,8 @@ TEMPLATE_LIST_TEST_CASE("resume_on: the task continues on the other executor, an
 }
 
 TEMPLATE_LIST_TEST_CASE("resume_on: to the executor the task is on goes through its queue and stays", "[resume_on]",
-                        weft_test::all_executors) {
-  auto pool = TestType::make();
+                        weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(pool);
   CHECK(weft::sync_wait(pool, hop_to_self_many(pool, 10'000)) == 10'000);
 }
 

@@ -65,8 +65,8 @@ weft::task<std::stop_token> inner_token() { co_return co_await weft::this_task::
 
 }  // namespace
 
-TEMPLATE_LIST_TEST_CASE("scope: spawn, join, reaping", "[scope]", weft_test::all_executors) {
-  auto pool = TestType::make();
+TEMPLATE_LIST_TEST_CASE("scope: spawn, join, reaping", "[scope]", weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(pool);
 
   SECTION("every child runs once; join waits for all; size counts the alive") {
     std::atomic<int> ran{0};
@@ -137,8 +137,8 @@ TEMPLATE_LIST_TEST_CASE("scope: spawn, join, reaping", "[scope]", weft_test::all
   }
 }
 
-TEMPLATE_LIST_TEST_CASE("scope: the stop token", "[scope][stop]", weft_test::all_executors) {
-  auto pool = TestType::make();
+TEMPLATE_LIST_TEST_CASE("scope: the stop token", "[scope][stop]", weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(pool);
 
   SECTION("request_stop ends every waiting child; join returns") {
     std::atomic<int> ended{0};
@@ -206,8 +206,8 @@ TEMPLATE_LIST_TEST_CASE("scope: the stop token", "[scope][stop]", weft_test::all
   }
 }
 
-TEMPLATE_LIST_TEST_CASE("scope: exceptions by policy", "[scope]", weft_test::all_executors) {
-  auto pool = TestType::make();
+TEMPLATE_LIST_TEST_CASE("scope: exceptions by policy", "[scope]", weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(pool);
 
   SECTION("rethrow_first: join rethrows one exception, once; every child ran") {
     std::atomic<int> ran{0};

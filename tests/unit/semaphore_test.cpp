@@ -58,9 +58,9 @@ TEST_CASE("semaphore: waiters are served in FIFO order, one per permit", "[semap
   CHECK(s.available() == 0);
 }
 
-TEMPLATE_LIST_TEST_CASE("semaphore: never more holders than permits", "[semaphore]", weft_test::all_executors) {
+TEMPLATE_LIST_TEST_CASE("semaphore: never more holders than permits", "[semaphore]", weft_test::executor_kinds) {
   weft_test::g_failures = 0;
-  auto pool = TestType::make();
+  WEFT_TEST_EXECUTOR(pool);
   constexpr int k_permits = 3;
   weft::semaphore s{k_permits};
   std::atomic<int> holders{0}, max_holders{0};

@@ -71,8 +71,8 @@ weft::task<std::uint64_t> range_sum(std::uint64_t lo, std::uint64_t hi) {
 }  // namespace
 
 TEMPLATE_LIST_TEST_CASE("spawn_many: results in input order, for every overload", "[spawn_many]",
-                        weft_test::all_executors) {
-  auto pool = TestType::make();
+                        weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(pool);
 
   SECTION("rvalue vector") {
     auto r = weft::sync_wait(
@@ -211,8 +211,8 @@ long bounded_tree_seq(std::uint32_t id, int depth) {
 
 }  // namespace
 
-TEMPLATE_LIST_TEST_CASE("spawn_many<N>(n, gen): up to N children, no heap", "[spawn_many]", weft_test::all_executors) {
-  auto pool = TestType::make();
+TEMPLATE_LIST_TEST_CASE("spawn_many<N>(n, gen): up to N children, no heap", "[spawn_many]", weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(pool);
   std::atomic<int> ran{0};
 
   SECTION("results in index order in a bounded_vector, gen called in index order") {
@@ -318,8 +318,8 @@ TEMPLATE_LIST_TEST_CASE("spawn_many<N>(n, gen): up to N children, no heap", "[sp
   }
 }
 
-TEMPLATE_LIST_TEST_CASE("spawn_many: void tasks all run", "[spawn_many]", weft_test::all_executors) {
-  auto pool = TestType::make();
+TEMPLATE_LIST_TEST_CASE("spawn_many: void tasks all run", "[spawn_many]", weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(pool);
   std::atomic<int> n{0};
   weft::sync_wait(pool, [](std::atomic<int>& count) -> weft::task<void> {
     std::vector<weft::task<void>> ts;
@@ -338,8 +338,8 @@ TEMPLATE_LIST_TEST_CASE("spawn_many: void tasks all run", "[spawn_many]", weft_t
 }
 
 TEMPLATE_LIST_TEST_CASE("spawn_many: the lowest-index exception is rethrown after all children finished",
-                        "[spawn_many]", weft_test::all_executors) {
-  auto pool = TestType::make();
+                        "[spawn_many]", weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(pool);
   std::atomic<int> ran{0};
 
   SECTION("vector") {
@@ -376,8 +376,8 @@ TEMPLATE_LIST_TEST_CASE("spawn_many: the lowest-index exception is rethrown afte
   }
 }
 
-TEMPLATE_LIST_TEST_CASE("spawn_many: the generator forms, exceptions", "[spawn_many]", weft_test::all_executors) {
-  auto pool = TestType::make();
+TEMPLATE_LIST_TEST_CASE("spawn_many: the generator forms, exceptions", "[spawn_many]", weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(pool);
   std::atomic<int> ran{0};
 
   SECTION("children: the lowest index wins, after all finished") {
@@ -448,8 +448,8 @@ TEMPLATE_LIST_TEST_CASE("spawn_many: the generator forms, exceptions", "[spawn_m
 // threads cannot free the frames from their own frame stacks); one never awaited
 // destroys its children unstarted.
 TEMPLATE_LIST_TEST_CASE("spawn_many: generator forms awaited after moving to another executor", "[spawn_many]",
-                        weft_test::all_executors) {
-  auto pool = TestType::make();
+                        weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(pool);
   weft::thread_pool other{{.threads = 2}};
   auto r = weft::sync_wait(pool, [](weft::executor& there) -> weft::task<std::vector<int>> {
     auto fixed = weft::spawn_many<5>([](std::size_t i) { return square(static_cast<int>(i)); });
@@ -467,8 +467,8 @@ TEMPLATE_LIST_TEST_CASE("spawn_many: generator forms awaited after moving to ano
 }
 
 TEMPLATE_LIST_TEST_CASE("spawn_many: an empty task in the range throws std::logic_error", "[spawn_many]",
-                        weft_test::all_executors) {
-  auto pool = TestType::make();
+                        weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(pool);
   auto r = weft::sync_wait(pool, []() -> weft::task<bool> {
     auto ts = squares(4);
     ts[2] = weft::task<int>{};
@@ -485,8 +485,8 @@ TEMPLATE_LIST_TEST_CASE("spawn_many: an empty task in the range throws std::logi
 weft::task<unsigned> my_priority() { co_return weft::current_priority(); }
 
 TEMPLATE_LIST_TEST_CASE("spawn_many: children run at the parent's priority, the parent keeps it", "[spawn_many]",
-                        weft_test::all_executors) {
-  auto pool = TestType::make();
+                        weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(pool);
   REQUIRE(pool.priorities() >= 3);
   for (unsigned prio : {0u, 2u}) {
     auto r = weft::sync_wait(
@@ -503,8 +503,8 @@ TEMPLATE_LIST_TEST_CASE("spawn_many: children run at the parent's priority, the 
   }
 }
 
-TEMPLATE_LIST_TEST_CASE("spawn_many: wide and nested fan-outs", "[spawn_many]", weft_test::all_executors) {
-  auto pool = TestType::make();
+TEMPLATE_LIST_TEST_CASE("spawn_many: wide and nested fan-outs", "[spawn_many]", weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(pool);
 
   SECTION("10,000 children") {
     auto sum = weft::sync_wait(pool, []() -> weft::task<long> {
@@ -541,8 +541,8 @@ weft::task<int> times_three(int v) { co_return v * 3; }
 // stack in one step (weft/detail/bulk.hpp, release_joined_frames); these are the cases
 // where it must not, or must free more than the frames.
 TEMPLATE_LIST_TEST_CASE("spawn_many: children's frames are freed exactly once, other frames kept", "[spawn_many]",
-                        weft_test::all_executors) {
-  auto pool = TestType::make();
+                        weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(pool);
 
   SECTION("frames made between the children stay alive") {
     // Each generator call first makes a task that outlives the join, so its frame lies

@@ -85,8 +85,8 @@ weft::task<std::size_t> callable_chain(std::size_t n) {
 
 }  // namespace
 
-TEMPLATE_LIST_TEST_CASE("spawn(fn, args...): the callable form", "[spawn]", weft_test::all_executors) {
-  auto pool = TestType::make();
+TEMPLATE_LIST_TEST_CASE("spawn(fn, args...): the callable form", "[spawn]", weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(pool);
 
   SECTION("a function object forked and awaited inline: fib(20)") {
     CHECK(weft::sync_wait(pool, fib_object(20)) == 6765);
@@ -109,7 +109,7 @@ TEMPLATE_LIST_TEST_CASE("spawn(fn, args...): the callable form", "[spawn]", weft
     std::atomic<int> ran{0};
     weft::thread_pool other{{.threads = 1}};
     {
-      auto local = TestType::make();
+      WEFT_TEST_EXECUTOR(local);
       auto r = weft::sync_wait(
           local,
           [](weft::thread_pool& there, std::atomic<int>& alive, std::atomic<int>& runs) -> weft::task<bool> {
@@ -173,8 +173,8 @@ TEMPLATE_LIST_TEST_CASE("spawn(fn, args...): the callable form", "[spawn]", weft
 }
 
 TEMPLATE_LIST_TEST_CASE("spawn: co_await runs the child inline and yields its value", "[spawn]",
-                        weft_test::all_executors) {
-  auto pool = TestType::make();
+                        weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(pool);
   auto r = weft::sync_wait(pool, []() -> weft::task<bool> {
     const auto me = std::this_thread::get_id();
     const int v = co_await weft::spawn(value_of(4));
@@ -184,8 +184,8 @@ TEMPLATE_LIST_TEST_CASE("spawn: co_await runs the child inline and yields its va
   CHECK(r);
 }
 
-TEMPLATE_LIST_TEST_CASE("spawn: fork then co_await the handle", "[spawn]", weft_test::all_executors) {
-  auto pool = TestType::make();
+TEMPLATE_LIST_TEST_CASE("spawn: fork then co_await the handle", "[spawn]", weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(pool);
 
   SECTION("values") {
     auto sum = weft::sync_wait(pool, []() -> weft::task<int> {
@@ -230,8 +230,8 @@ weft::task<int> throws_tracked(std::atomic<int>& live) {
 // (weft/task.hpp, pop_finished_frame); these are the cases where it must not be, or
 // where more than the frame must go.
 TEMPLATE_LIST_TEST_CASE("spawn: a joined child's frame is freed exactly once, other frames kept", "[spawn]",
-                        weft_test::all_executors) {
-  auto pool = TestType::make();
+                        weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(pool);
 
   SECTION("joins out of order, with frames made between the children") {
     auto r = weft::sync_wait(pool, []() -> weft::task<long> {
@@ -304,8 +304,8 @@ TEMPLATE_LIST_TEST_CASE("spawn: a joined child's frame is freed exactly once, ot
   }
 }
 
-TEMPLATE_LIST_TEST_CASE("fork_handle: state and misuse", "[spawn]", weft_test::all_executors) {
-  auto pool = TestType::make();
+TEMPLATE_LIST_TEST_CASE("fork_handle: state and misuse", "[spawn]", weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(pool);
 
   SECTION("an empty handle") {
     weft::fork_handle<int> h;
@@ -371,8 +371,9 @@ TEMPLATE_LIST_TEST_CASE("fork_handle: state and misuse", "[spawn]", weft_test::a
   }
 }
 
-TEMPLATE_LIST_TEST_CASE("spawn: an exception in a child is rethrown at its join", "[spawn]", weft_test::all_executors) {
-  auto pool = TestType::make();
+TEMPLATE_LIST_TEST_CASE("spawn: an exception in a child is rethrown at its join", "[spawn]",
+                        weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(pool);
 
   SECTION("fork") {
     auto what = weft::sync_wait(pool, []() -> weft::task<std::string> {
@@ -404,11 +405,11 @@ TEMPLATE_LIST_TEST_CASE("spawn: an exception in a child is rethrown at its join"
 }
 
 TEMPLATE_LIST_TEST_CASE("spawn: detached children still run and free their frames", "[spawn]",
-                        weft_test::all_executors) {
+                        weft_test::executor_kinds) {
   std::atomic<int> live{0};
   std::atomic<int> ran{0};
   {
-    auto pool = TestType::make();
+    WEFT_TEST_EXECUTOR(pool);
     weft::sync_wait(pool, [](std::atomic<int>& alive, std::atomic<int>& runs) -> weft::task<void> {
       weft::spawn(holds(tracker{alive}, runs)).detach();         // spawn(...).detach()
       auto h = weft::spawn(holds(tracker{alive}, runs)).fork();  // fork_handle::detach()
@@ -425,8 +426,8 @@ TEMPLATE_LIST_TEST_CASE("spawn: detached children still run and free their frame
 }
 
 TEMPLATE_LIST_TEST_CASE("spawn: priority(p) queues the child at p; the parent keeps its own", "[spawn]",
-                        weft_test::all_executors) {
-  auto pool = TestType::make();
+                        weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(pool);
   REQUIRE(pool.priorities() == 4);
   auto r = weft::sync_wait(
       pool,
@@ -444,11 +445,11 @@ TEMPLATE_LIST_TEST_CASE("spawn: priority(p) queues the child at p; the parent ke
 }
 
 TEMPLATE_LIST_TEST_CASE("spawn: a priority out of range throws std::out_of_range and leaks nothing", "[spawn]",
-                        weft_test::all_executors) {
+                        weft_test::executor_kinds) {
   std::atomic<int> live{0};
   std::atomic<int> ran{0};
   {
-    auto pool = TestType::make();
+    WEFT_TEST_EXECUTOR(pool);
     auto r = weft::sync_wait(pool, [](std::atomic<int>& alive, std::atomic<int>& runs) -> weft::task<int> {
       int thrown = 0;
       try {
@@ -475,10 +476,10 @@ TEMPLATE_LIST_TEST_CASE("spawn: a priority out of range throws std::out_of_range
 }
 
 TEMPLATE_LIST_TEST_CASE("spawn: run_on(ex) runs the child on ex; the parent resumes at home", "[spawn]",
-                        weft_test::all_executors) {
-  auto pool = TestType::make();
+                        weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(pool);
   weft::thread_pool other{{.threads = 2}};
-  auto r = weft::sync_wait(pool, [](weft::thread_pool& home, weft::thread_pool& there) -> weft::task<bool> {
+  auto r = weft::sync_wait(pool, [](weft::executor& home, weft::executor& there) -> weft::task<bool> {
     auto h = weft::spawn(on(there)).run_on(there).fork();
     const bool child_forked_there = co_await h;
     const bool home_after_fork = home.owns_current_thread();
@@ -490,14 +491,14 @@ TEMPLATE_LIST_TEST_CASE("spawn: run_on(ex) runs the child on ex; the parent resu
   CHECK(r);
 }
 
-TEMPLATE_LIST_TEST_CASE("spawn: fib(30) with a fork per call", "[spawn][depth]", weft_test::all_executors) {
-  auto pool = TestType::make();
+TEMPLATE_LIST_TEST_CASE("spawn: fib(30) with a fork per call", "[spawn][depth]", weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(pool);
   CHECK(weft::sync_wait(pool, fib(30)) == 832040);
 }
 
 TEMPLATE_LIST_TEST_CASE("spawn: a 100,000-deep recursive fork chain does not overflow the stack", "[spawn][depth]",
-                        weft_test::all_executors) {
-  auto pool = TestType::make();
+                        weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(pool);
   CHECK(weft::sync_wait(pool, fork_chain(100'000)) == 100'000);
   CHECK(weft::sync_wait(pool, spawn_chain(100'000)) == 100'000);
 }

@@ -52,8 +52,8 @@ static_assert(
 static_assert(std::is_convertible_v<weft::tuple_task<std::tuple<int, std::monostate>>&&,
                                     weft::task<std::tuple<int, std::monostate>>>);
 
-TEMPLATE_LIST_TEST_CASE("spawn_tuple: a tuple of every child's result", "[spawn_tuple]", weft_test::all_executors) {
-  auto pool = TestType::make();
+TEMPLATE_LIST_TEST_CASE("spawn_tuple: a tuple of every child's result", "[spawn_tuple]", weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(pool);
 
   SECTION("mixed types") {
     auto r = weft::sync_wait(pool, []() -> weft::task<bool> {
@@ -84,8 +84,8 @@ TEMPLATE_LIST_TEST_CASE("spawn_tuple: a tuple of every child's result", "[spawn_
 }
 
 TEMPLATE_LIST_TEST_CASE("spawn_tuple: the leftmost exception is rethrown after every child finished", "[spawn_tuple]",
-                        weft_test::all_executors) {
-  auto pool = TestType::make();
+                        weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(pool);
   std::atomic<int> ran{0};
   CHECK_THROWS_WITH(weft::sync_wait(pool,
                                     [](std::atomic<int>& runs) -> weft::task<int> {
@@ -99,8 +99,8 @@ TEMPLATE_LIST_TEST_CASE("spawn_tuple: the leftmost exception is rethrown after e
 }
 
 TEMPLATE_LIST_TEST_CASE("spawn_tuple: an empty task throws std::logic_error", "[spawn_tuple]",
-                        weft_test::all_executors) {
-  auto pool = TestType::make();
+                        weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(pool);
   auto r = weft::sync_wait(pool, []() -> weft::task<bool> {
     try {
       (void)co_await weft::spawn_tuple(value_of(1), weft::task<int>{});

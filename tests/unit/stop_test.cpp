@@ -123,8 +123,8 @@ std::stop_token stopped_token() {
 }  // namespace
 
 TEMPLATE_LIST_TEST_CASE("stop: a wait under a stopped token ends at once, taking nothing", "[stop]",
-                        weft_test::all_executors) {
-  auto pool = TestType::make();
+                        weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(pool);
 
   SECTION("mutex: weft::cancelled; the holder's unlock leaves it free") {
     weft::mutex m;
@@ -193,8 +193,8 @@ TEMPLATE_LIST_TEST_CASE("stop: a wait under a stopped token ends at once, taking
   }
 }
 
-TEMPLATE_LIST_TEST_CASE("stop: a waiting wait ends when its token is stopped", "[stop]", weft_test::all_executors) {
-  auto pool = TestType::make();
+TEMPLATE_LIST_TEST_CASE("stop: a waiting wait ends when its token is stopped", "[stop]", weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(pool);
 
   SECTION("mutex") {
     weft::mutex m;
@@ -241,8 +241,8 @@ TEMPLATE_LIST_TEST_CASE("stop: a waiting wait ends when its token is stopped", "
 }
 
 TEMPLATE_LIST_TEST_CASE("stop: with_timeout over a lock and a channel pull", "[stop][timeout]",
-                        weft_test::all_executors) {
-  auto pool = TestType::make();
+                        weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(pool);
 
   SECTION("a lock held elsewhere: timed_out, no value; the loser never takes it") {
     weft::mutex m;
@@ -286,8 +286,8 @@ TEMPLATE_LIST_TEST_CASE("stop: with_timeout over a lock and a channel pull", "[s
 }
 
 TEMPLATE_LIST_TEST_CASE("stop: scopes count children ended by weft::cancelled as stopped", "[stop][scope]",
-                        weft_test::all_executors) {
-  auto pool = TestType::make();
+                        weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(pool);
 
   SECTION("children waiting on a lock: request_stop, join rethrows nothing") {
     weft::mutex m;

@@ -28,7 +28,7 @@ weft::task<int> throws_logic(std::string what) {
   throw std::domain_error(what);
   co_return 0;
 }
-weft::task<bool> on(weft::thread_pool& pool) { co_return pool.owns_current_thread(); }
+weft::task<bool> on(weft::executor& pool) { co_return pool.owns_current_thread(); }
 weft::task<unsigned> priority() { co_return weft::current_priority(); }
 weft::task<weft::executor*> where() { co_return weft::current_executor(); }
 weft::task<void> marks(bool& ran, tracker) {
@@ -52,8 +52,8 @@ weft::task<int> sync_wait_elsewhere(weft::thread_pool& other) { co_return weft::
 }  // namespace
 
 TEMPLATE_LIST_TEST_CASE("sync_wait: returns the task's value, run on the executor", "[sync_wait]",
-                        weft_test::all_executors) {
-  auto pool = TestType::make();
+                        weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(pool);
   CHECK(weft::sync_wait(pool, value_of(3)) == 3);
   CHECK(weft::sync_wait(pool, on(pool)));
   int x = 0;
@@ -65,15 +65,15 @@ TEMPLATE_LIST_TEST_CASE("sync_wait: returns the task's value, run on the executo
   CHECK(*p == 6);
 }
 
-TEMPLATE_LIST_TEST_CASE("sync_wait: rethrows the task's exception", "[sync_wait]", weft_test::all_executors) {
-  auto pool = TestType::make();
+TEMPLATE_LIST_TEST_CASE("sync_wait: rethrows the task's exception", "[sync_wait]", weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(pool);
   CHECK_THROWS_AS(weft::sync_wait(pool, throws_logic("x")), std::domain_error);
   CHECK_THROWS_WITH(weft::sync_wait(pool, throws_logic("message kept")), "message kept");
   CHECK(weft::sync_wait(pool, value_of(1)) == 1);  // the pool is fine afterwards
 }
 
-TEMPLATE_LIST_TEST_CASE("sync_wait: runs the task at the given priority", "[sync_wait]", weft_test::all_executors) {
-  auto pool = TestType::make();
+TEMPLATE_LIST_TEST_CASE("sync_wait: runs the task at the given priority", "[sync_wait]", weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(pool);
   CHECK(weft::sync_wait(pool, priority()) == 0);
   CHECK(weft::sync_wait(pool, priority(), 3) == 3);
 }
@@ -101,8 +101,8 @@ TEST_CASE("sync_wait: errors", "[sync_wait]") {
 }
 
 TEMPLATE_LIST_TEST_CASE("sync_wait: a worker of one pool may block on another", "[sync_wait]",
-                        weft_test::all_executors) {
-  auto pool = TestType::make();
+                        weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(pool);
   weft::thread_pool other{{.threads = 1}};
   CHECK(weft::sync_wait(pool, sync_wait_elsewhere(other)) == 10);
 }

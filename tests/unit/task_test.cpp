@@ -77,8 +77,8 @@ TEST_CASE("task: nothing runs until the task is awaited", "[task]") {
   CHECK(hits == 1);
 }
 
-TEMPLATE_LIST_TEST_CASE("task: co_await evaluates to the child's value", "[task]", weft_test::all_executors) {
-  auto pool = TestType::make();
+TEMPLATE_LIST_TEST_CASE("task: co_await evaluates to the child's value", "[task]", weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(pool);
 
   SECTION("int") { CHECK(weft::sync_wait(pool, add_one(value_of(41))) == 42); }
   SECTION("nested awaits") { CHECK(weft::sync_wait(pool, add_one(add_one(add_one(value_of(0))))) == 3); }
@@ -113,8 +113,8 @@ TEMPLATE_LIST_TEST_CASE("task: co_await evaluates to the child's value", "[task]
 }
 
 TEMPLATE_LIST_TEST_CASE("task: co_await runs the child inline on the awaiting thread", "[task]",
-                        weft_test::all_executors) {
-  auto pool = TestType::make();
+                        weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(pool);
   auto same = weft::sync_wait(pool, []() -> weft::task<bool> {
     auto before = std::this_thread::get_id();
     auto child = co_await thread_of();
@@ -123,8 +123,8 @@ TEMPLATE_LIST_TEST_CASE("task: co_await runs the child inline on the awaiting th
   CHECK(same);
 }
 
-TEMPLATE_LIST_TEST_CASE("task: an exception reaches the awaiter", "[task]", weft_test::all_executors) {
-  auto pool = TestType::make();
+TEMPLATE_LIST_TEST_CASE("task: an exception reaches the awaiter", "[task]", weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(pool);
 
   SECTION("caught by the awaiting task") {
     auto what = weft::sync_wait(pool, []() -> weft::task<std::string> {
@@ -195,8 +195,8 @@ TEST_CASE("task: ownership", "[task]") {
 }
 
 TEMPLATE_LIST_TEST_CASE("task: awaiting an empty, moved-from or finished task throws std::logic_error", "[task]",
-                        weft_test::all_executors) {
-  auto pool = TestType::make();
+                        weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(pool);
 
   SECTION("default-constructed") {
     weft::task<int> t;
@@ -228,8 +228,8 @@ TEMPLATE_LIST_TEST_CASE("task: awaiting an empty, moved-from or finished task th
 }
 
 TEMPLATE_LIST_TEST_CASE("task: a 1,000,000-deep chain of co_awaits does not overflow the stack", "[task][depth]",
-                        weft_test::all_executors) {
-  auto pool = TestType::make();
+                        weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(pool);
   CHECK(weft::sync_wait(pool, chain(1'000'000)) == 1'000'000);
 }
 
@@ -252,8 +252,8 @@ weft::task<bool> holds_aligned(std::uint64_t v) {
 }  // namespace
 
 TEMPLATE_LIST_TEST_CASE("task: frames start on a 64-byte line, so over-aligned locals are honoured", "[task]",
-                        weft_test::all_executors) {
-  auto pool = TestType::make();
+                        weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(pool);
   auto r = weft::sync_wait(pool, []() -> weft::task<int> {
     std::vector<weft::task<bool>> ts;
     for (std::uint64_t i = 0; i < 64; ++i) {
@@ -279,8 +279,8 @@ weft::task<std::uint64_t> scaled(std::uint64_t v) { co_return v * 3 + 1; }  // v
 // Frames come from a per-thread frame stack (weft/detail/frame_allocator.hpp). A thread
 // that exits hands its stack, frames still alive in it, to the next thread needing one:
 // those frames must survive that thread's allocations, and be freeable from anywhere.
-TEMPLATE_LIST_TEST_CASE("task: frames outlive the thread that made them", "[task]", weft_test::all_executors) {
-  auto pool = TestType::make();
+TEMPLATE_LIST_TEST_CASE("task: frames outlive the thread that made them", "[task]", weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(pool);
   // More frames than one stack holds (each takes at least one granule), so that the
   // first thread's frames also overflow into its free lists.
   constexpr std::uint64_t k_n = weft::detail::k_frame_stack_bytes / weft::detail::k_frame_granule;

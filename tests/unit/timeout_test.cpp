@@ -63,8 +63,8 @@ weft::task<int> works_for(std::chrono::microseconds spin) {
 }  // namespace
 
 TEMPLATE_LIST_TEST_CASE("with_timeout: a task in time, a task late, exceptions", "[timeout]",
-                        weft_test::all_executors) {
-  auto pool = TestType::make();
+                        weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(pool);
 
   SECTION("in time: the value, no error") {
     auto r = weft::sync_wait(pool, weft::with_timeout(quick(7), 10s));
@@ -109,8 +109,8 @@ TEMPLATE_LIST_TEST_CASE("with_timeout: a task in time, a task late, exceptions",
 }
 
 TEMPLATE_LIST_TEST_CASE("with_timeout: the caller's token still stops the task", "[timeout]",
-                        weft_test::all_executors) {
-  auto pool = TestType::make();
+                        weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(pool);
   auto r = weft::sync_wait(pool, []() -> weft::task<bool> {
     weft::scope<weft::timeout_result<int>> s;
     s.spawn(weft::with_timeout(until_stopped(1'000'000'000), 1h));

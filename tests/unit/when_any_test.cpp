@@ -43,8 +43,8 @@ weft::task<void> nothing() { co_return; }
 }  // namespace
 
 TEMPLATE_LIST_TEST_CASE("when_any: the first to finish wins and the losers are stopped", "[when_any]",
-                        weft_test::all_executors) {
-  auto pool = TestType::make();
+                        weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(pool);
   std::atomic<int> live{0}, stopped{0};
   auto body = [&]() -> weft::task<void> {
     std::stop_source stop;
@@ -140,8 +140,8 @@ weft::task<int> until_stopped(std::stop_token tok, std::atomic<int>& finished) {
 }  // namespace
 
 TEMPLATE_LIST_TEST_CASE("when_any: an operand that fails to start: the started ones stop and finish first",
-                        "[when_any]", weft_test::all_executors) {
-  auto pool = TestType::make();
+                        "[when_any]", weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(pool);
   std::atomic<int> finished{0};
   SECTION("range form") {
     CHECK_THROWS_WITH(weft::sync_wait(pool,

@@ -57,15 +57,17 @@ TEST_CASE("yield_if_requested: outside a pool worker it never suspends", "[yield
 }
 
 TEMPLATE_LIST_TEST_CASE("yield_if_requested: with nothing of higher priority waiting it continues at once", "[yield]",
-                        weft_test::all_executors) {
-  auto pool = TestType::make();
+                        weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(pool);
   CHECK(weft::sync_wait(pool, yields_in_place(10'000), 3));
   CHECK(weft::sync_wait(pool, yields_in_place(10'000), 0));
 }
 
+// Pools only: yield_if_requested looks at a pool worker's queues; on an I/O executor's
+// thread it never suspends (weft/yield.hpp).
 TEMPLATE_LIST_TEST_CASE("yield_if_requested: higher-priority work waiting runs first", "[yield]",
                         weft_test::all_executors) {
-  auto pool = TestType::make();
+  WEFT_TEST_EXECUTOR(pool);
   auto r = weft::sync_wait(pool, fork_high_then_yield(), 2);
   CHECK(r.high_ran);
   if (TestType::k_threads == 1) CHECK(r.yields == 1);  // one worker: the yield must have run it
