@@ -325,7 +325,10 @@ TEST_CASE("asio: with_timeout and with_cancel", "[asio]") {
   };
   std::thread canceller([&] {
     while (!reading.load()) std::this_thread::yield();
-    std::this_thread::sleep_for(10ms);
+    weft_io_test::round_trip(pool);  // the task suspended: the read's start is posted to the I/O thread
+    weft_test::gate started;         // Asio runs its handlers in order: the read started before this one
+    asio::post(io.get_executor(), [&] { started.open(); });
+    started.wait();
     stop.request_cancel();
   });
   auto ec = weft::sync_wait(pool, cancellable());

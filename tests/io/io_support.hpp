@@ -9,6 +9,8 @@
 #include <catch2/catch.hpp>
 #include <weft/io/tcp.hpp>
 #include <weft/io/uring_context.hpp>
+#include <weft/sync_wait.hpp>
+#include <weft/task.hpp>
 
 #include <chrono>
 #include <condition_variable>
@@ -77,6 +79,17 @@ class completion_count {
   std::condition_variable m_cv;
   std::size_t m_count = 0;
 };
+
+inline weft::task<void> no_op() { co_return; }
+
+/// Returns once `ex` ran a task this thread queued there now: a wait on a condition,
+/// not a delay. On a one-worker pool, the task running there has reached its
+/// suspension by then (what its co_await handed to an I/O thread is queued there). On
+/// a uring_context, every call other threads queued before it (operations they
+/// started, tasks) has been taken, and the operations the loop started so far are
+/// submitted before anything queued after it is taken (io/src/uring_context.cpp:
+/// calls at the start of a turn, submission at its end).
+inline void round_trip(weft::executor& ex) { weft::sync_wait(ex, no_op()); }
 
 /// A uring_context, or nullptr after a Catch2 WARN naming why io_uring is unavailable
 /// (the calling test then returns: skipped, not failed).

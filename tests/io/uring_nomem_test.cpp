@@ -62,7 +62,7 @@ TEST_CASE("uring: close() and cancellation from another thread need no memory", 
     };
     weft::post(*io, acceptor());
     while (!accepting.load()) std::this_thread::yield();
-    std::this_thread::sleep_for(20ms);  // the accept is waiting by then
+    weft_io_test::round_trip(*io);  // the accept is submitted before the close is taken
     {
       no_memory guard;
       l.close();  // noexcept: before, queueing it could need memory (std::terminate)
@@ -83,7 +83,7 @@ TEST_CASE("uring: close() and cancellation from another thread need no memory", 
     const auto t0 = std::chrono::steady_clock::now();
     weft::post(*io, sleeper());
     while (!sleeping.load()) std::this_thread::yield();
-    std::this_thread::sleep_for(20ms);
+    weft_io_test::round_trip(*io);  // the sleep is submitted (and its token watched) before the cancel is taken
     {
       no_memory guard;
       stop.request_cancel();  // noexcept; hands the cancel to the loop

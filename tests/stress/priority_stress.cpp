@@ -7,6 +7,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "bounded_wait.hpp"
 #include "sync.hpp"
 
 #include <atomic>
@@ -87,9 +88,12 @@ weft::task<unsigned> busy_fib(unsigned n) {
   co_return b + co_await a;
 }
 
-// Keeps one worker busy with fork-join work until `stop` is set or `limit` passes.
-// Returns whether it was stopped (false: it gave up at the time limit).
-weft::task<bool> compute_until(std::atomic<bool>& stop, std::chrono::steady_clock::time_point limit) {
+// Keeps one worker busy with fork-join work until `stop` is set or `limit` passes;
+// counts itself in `started` first. Returns whether it was stopped (false: it gave up
+// at the time limit).
+weft::task<bool> compute_until(std::atomic<bool>& stop, std::chrono::steady_clock::time_point limit,
+                               std::atomic<int>& started) {
+  started.fetch_add(1, std::memory_order_release);
   while (!stop.load(std::memory_order_acquire)) {
     // The value first: g++-12.2 miscompiles `if (co_await x != v) co_return ...;` (the
     // condition's frame slot lands at offset 0 of the coroutine frame; the test hung).
@@ -118,13 +122,14 @@ TEST_CASE("stress: a high-priority post runs while every worker is busy with low
     const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(20);
     std::vector<std::thread> busy;
     std::atomic<int> stopped{0};
+    std::atomic<int> computing{0};
     for (int i = 0; i < 2; ++i) {
       busy.emplace_back([&] {
-        if (weft::sync_wait(pool, compute_until(probe_ran, limit), 1)) stopped.fetch_add(1);
+        if (weft::sync_wait(pool, compute_until(probe_ran, limit, computing), 1)) stopped.fetch_add(1);
       });
     }
-    // Let both compute loops start and occupy the workers.
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    // Both compute loops run (and occupy the workers) before the probe is posted.
+    CHECK(weft_test::eventually([&] { return computing.load(std::memory_order_acquire) == 2; }));
     unsigned probe_prio = 99;
     weft::post(pool, set_flag(probe_ran, probe_prio), 0);
     for (auto& t : busy) t.join();
@@ -155,12 +160,13 @@ TEST_CASE("stress: a burst of high-priority posts all run while workers stay bus
     const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(20);
     std::vector<std::thread> busy;
     std::atomic<int> stopped{0};
+    std::atomic<int> computing{0};
     for (int i = 0; i < 2; ++i) {
       busy.emplace_back([&] {
-        if (weft::sync_wait(pool, compute_until(all_ran, limit), 1)) stopped.fetch_add(1);
+        if (weft::sync_wait(pool, compute_until(all_ran, limit, computing), 1)) stopped.fetch_add(1);
       });
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    CHECK(weft_test::eventually([&] { return computing.load(std::memory_order_acquire) == 2; }));
     for (int i = 0; i < k_probes; ++i) weft::post(pool, count_probe(ran, k_probes, all_ran), 0);
     for (auto& t : busy) t.join();
     REQUIRE(ran.load() == k_probes);

@@ -11,14 +11,20 @@
 #include "executors.hpp"
 #include "sync.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace {
 
@@ -181,14 +187,38 @@ TEST_CASE("thread_pool: a serial chain of forks and joins stays on one thread", 
   CHECK(tr.moves <= k_links / 100);  // a few, when the OS preempts the chain's thread
 }
 
+namespace {
+
+// The ids of this process's threads (Linux: /proc/self/task).
+std::set<std::string> thread_ids() {
+  std::set<std::string> ids;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) ids.insert(e.path().filename().string());
+  return ids;
+}
+
+// True when thread `tid` of this process sleeps in the kernel (state S): an idle worker
+// parked, or pausing between its steal rounds.
+bool asleep(const std::string& tid) {
+  std::ifstream in("/proc/self/task/" + tid + "/stat");
+  const std::string stat{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  const auto name_end = stat.rfind(')');  // the state follows the command name: "pid (comm) S ..."
+  return name_end != std::string::npos && name_end + 2 < stat.size() && stat[name_end + 2] == 'S';
+}
+
+}  // namespace
+
 TEST_CASE("thread_pool: a lone forked child is stolen while its parent computes", "[pool][scheduling]") {
   // The other side of the rule above: a child that is not joined at once still runs
   // in parallel (taken by the idle worker after a short patience).
+  const std::set<std::string> before = thread_ids();
   weft::thread_pool pool(weft::pool_options{.threads = 2});
+  std::vector<std::string> workers;
+  std::ranges::set_difference(thread_ids(), before, std::back_inserter(workers));
+  REQUIRE(workers.size() == 2);
   for (int round = 0; round < 5; ++round) {
-    // Precondition, not synchronisation: let the idle worker reach its search or park,
-    // where it asks the busy one to share.
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    // Precondition: both workers idle, asleep in their search or parked, so that the
+    // one left idle by the parent must be woken and ask the busy one to share.
+    REQUIRE(weft_test::eventually([&] { return std::ranges::all_of(workers, asleep); }));
     INFO("round " << round);
     CHECK(weft::sync_wait(pool, fork_then_compute()));
   }
