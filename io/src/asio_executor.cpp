@@ -93,16 +93,22 @@ bool asio_executor::owns_current_thread() const noexcept { return weft::detail::
 
 void asio_executor::schedule(std::coroutine_handle<> h, unsigned prio) {
   check_priority(*this, prio, "weft::io::asio_executor::schedule");
-  bool need_drain = false;
-  {
-    std::lock_guard lock(m_mutex);
-    if (m_stopping && !owns_current_thread())
-      throw shutdown_error("weft::io::asio_executor: shutting down, no new work accepted");
-    m_queues[prio].push_back(h.address());
-    need_drain = !m_drain_posted;
+  std::lock_guard lock(m_mutex);
+  if (m_stopping && !owns_current_thread())
+    throw shutdown_error("weft::io::asio_executor: shutting down, no new work accepted");
+  m_queues[prio].push_back(h.address());
+  // Posted under the lock: once the drain is queued, `h` may run and its owner destroy
+  // this executor; the drain (and the destructor's final one) takes the lock first, so
+  // asio::post has returned by then and no longer touches the io_context.
+  if (!m_drain_posted) {
+    try {
+      post_drain();
+    } catch (...) {  // no memory: `h` is not queued after all
+      m_queues[prio].pop_back();
+      throw;
+    }
     m_drain_posted = true;
   }
-  if (need_drain) post_drain();
 }
 
 void asio_executor::drain() {

@@ -131,6 +131,11 @@ uring_impl::uring_impl(uring_context& owner, const uring_options& options, bool 
 }
 
 uring_impl::~uring_impl() {
+  // A thread that queued the last call or task may still be inside post_call or
+  // post_ready (it wakes the loop under the lock): wait until it is out.
+  {
+    std::lock_guard lock(m_mutex);
+  }
   // Calls queued after the loop's last turn never run; let their owners free them.
   for (loop_call* c = m_calls; c != nullptr;) {
     loop_call* const next = c->m_next;
@@ -279,9 +284,12 @@ void uring_impl::finish_custom(uring_op& op) noexcept {
 void uring_impl::wake_if_sleeping(std::unique_lock<std::mutex>& lock) {
   if (!m_sleeping) return;
   m_sleeping = false;
-  lock.unlock();
+  // Written under the lock: the task this call queued may run, and its owner destroy the
+  // context, as soon as the loop wakes; the destructor takes the lock before it closes
+  // the eventfd, so no write can come after the close.
   const std::uint64_t one = 1;
   [[maybe_unused]] const auto n = ::write(m_eventfd, &one, sizeof one);  // cannot fail short of EAGAIN at 2^64-2
+  lock.unlock();
 }
 
 void uring_impl::post_call(loop_call& c, bool new_work) {

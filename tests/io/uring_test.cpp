@@ -27,7 +27,6 @@
 #include "../../io/src/uring_impl.hpp"  // uring_impl::stop, to end the loop before destruction
 #include "io_support.hpp"
 #include "sync.hpp"
-#include "uring_impl.hpp"  // io/src: the white-box test below stops a loop
 
 using namespace std::chrono_literals;
 using weft::io::endpoint;

@@ -33,7 +33,6 @@ namespace weft_test {
 template <std::size_t Threads>
 struct pool_fixture {
   static constexpr std::size_t k_threads = Threads;
-  static constexpr bool k_io = false;  ///< not an I/O executor
   static weft::thread_pool make() { return weft::thread_pool{{.threads = Threads}}; }
   static std::unique_ptr<weft::thread_pool> make_unique() {
     return std::make_unique<weft::thread_pool>(weft::pool_options{.threads = Threads});
@@ -50,14 +49,12 @@ using all_executors = std::tuple<pool_1, pool_2, pool_4>;
 /// An asio_executor: one I/O thread that runs tasks between Asio's handlers.
 struct asio_kind {
   static constexpr std::size_t k_threads = 1;
-  static constexpr bool k_io = true;
   static std::unique_ptr<weft::io::asio_executor> make_unique() { return std::make_unique<weft::io::asio_executor>(); }
 };
 
 /// A uring_context: one loop thread; null (after a WARN) where io_uring is unavailable.
 struct uring_kind {
   static constexpr std::size_t k_threads = 1;
-  static constexpr bool k_io = true;
   static std::unique_ptr<weft::io::uring_context> make_unique() {
     try {
       return std::make_unique<weft::io::uring_context>();

@@ -105,15 +105,6 @@ TEMPLATE_LIST_TEST_CASE("spawn(fn, args...): the callable form", "[spawn]", weft
     CHECK(n == 2);
   }
   SECTION("priority, run_on and detach work as with spawn(task)") {
-    if constexpr (TestType::k_io) {
-      // A known bug, found by this body under TSan: the task's last resumption is queued
-      // by `other`'s worker (schedule() from another thread), and that call still
-      // touches the I/O executor (asio: the io_context's condition variable; uring: the
-      // loop's eventfd) after the task may have run, sync_wait returned and the
-      // executor was destroyed below. Runs on I/O executors once io/src is fixed.
-      WARN("SKIPPED on I/O executors: schedule() from another thread races with destruction");
-      return;
-    }
     std::atomic<int> live{0};
     std::atomic<int> ran{0};
     weft::thread_pool other{{.threads = 1}};
