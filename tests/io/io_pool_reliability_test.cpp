@@ -183,9 +183,9 @@ weft::task<void> echo_client(wio::io_pool& io, wio::endpoint at, std::uint32_t c
       // Reset mid-transfer: half the message out, then an RST (SO_LINGER 0) instead of FIN.
       (void)co_await s.write_all(out.data(), n / 2 + 1);
       const linger lg{1, 0};
-      ::setsockopt(s.native_handle(), SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
-      ::close(s.native_handle());
-      s.adopt(-1);  // given up, already closed
+      const int fd = s.release();
+      ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+      ::close(fd);
       t.resets.fetch_add(1);
       co_return;
     }

@@ -115,9 +115,9 @@ weft::task<client_outcome> echo_client(uring_context& ctx, endpoint ep, std::uin
   for (std::size_t k = 0; k < messages; ++k) {
     if (reset_halfway && k == messages / 2) {
       const linger hard{1, 0};  // close with RST
-      ::setsockopt(s.native_handle(), SOL_SOCKET, SO_LINGER, &hard, sizeof hard);
-      ::close(s.native_handle());
-      s.adopt(-1);
+      const int fd = s.release();
+      ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &hard, sizeof hard);
+      ::close(fd);
       out.reset = true;
       co_return out;
     }

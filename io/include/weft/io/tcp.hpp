@@ -62,10 +62,11 @@ class endpoint {
   sockaddr* data() noexcept { return reinterpret_cast<sockaddr*>(&m_addr); }
   /// Bytes of data() in use; 0 when empty.
   socklen_t size() const noexcept { return m_len; }
-  /// Not API: sets the length after the kernel filled data().
-  void resize(socklen_t n) noexcept { m_len = n; }
 
  private:
+  friend class tcp_listener;  // local_endpoint() sets the length after the kernel filled data()
+  void resize(socklen_t n) noexcept { m_len = n; }
+
   sockaddr_storage m_addr{};
   socklen_t m_len = 0;
 };
@@ -219,16 +220,24 @@ class tcp_stream {
   int native_handle() const noexcept { return m_fd.load(std::memory_order_relaxed); }
   /// The uring_context its operations run on.
   uring_context& context() const noexcept { return *m_ctx; }
-  /// Not API: takes the socket `fd` (connect() makes one; -1 gives it up unclosed) under
-  /// a new socket identity.
+  /// Gives the socket up without closing it: returns its fd (-1 without one), which the
+  /// caller now owns; the stream is left without a socket. Must not race with
+  /// operations in flight on it.
+  int release() noexcept {
+    m_id.store(0, std::memory_order_relaxed);
+    return m_fd.exchange(-1, std::memory_order_relaxed);
+  }
+
+ private:
+  friend class detail::connect_awaitable;  // makes the socket it connects
+  // Takes the socket `fd` (-1: none) under a new socket identity.
   void adopt(int fd) noexcept {
     m_id.store(fd >= 0 ? detail::new_socket_id() : 0, std::memory_order_relaxed);
     m_fd.store(fd, std::memory_order_relaxed);
   }
-  /// Not API: the identity of the socket it holds (0 without one).
+  // The identity of the socket it holds (0 without one).
   std::uint64_t socket_id() const noexcept { return m_id.load(std::memory_order_relaxed); }
 
- private:
   uring_context* m_ctx;
   // Atomic only for cancel() from other threads, which reads both (relaxed: a pair read
   // across a change still names one socket or none, see uring_impl::cancel_socket).
@@ -330,7 +339,7 @@ template <class Awaitable, class Rep, class Period>
   requires(!std::is_lvalue_reference_v<Awaitable> && std::remove_cvref_t<Awaitable>::k_linked_timeout_ok)
 std::remove_cvref_t<Awaitable> with_timeout(Awaitable&& a, std::chrono::duration<Rep, Period> d) {
   const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
-  detail::uring_op& op = a.op();
+  detail::uring_op& op = detail::awaitable_access::op(a);
   op.m_link_timeout = true;
   op.m_ts[0] = ns <= 0 ? 0 : ns / 1'000'000'000;
   op.m_ts[1] = ns <= 0 ? 1 : ns % 1'000'000'000;
@@ -350,7 +359,7 @@ template <class Awaitable>
   requires(!std::is_lvalue_reference_v<Awaitable> &&
            std::derived_from<std::remove_cvref_t<Awaitable>, detail::uring_awaitable>)
 std::remove_cvref_t<Awaitable> with_cancel(Awaitable&& a, std::stop_token token) {
-  a.watch(std::move(token));
+  detail::awaitable_access::watch(a, std::move(token));
   return std::move(a);
 }
 

@@ -216,17 +216,9 @@ class uring_awaitable {
     if (!m_watch.m_explicit && t != nullptr && t->stop_possible()) m_watch.m_token = *t;
     return suspend(h);
   }
-  /// Not API: the operation (with_timeout sets its linked timeout).
-  uring_op& op() noexcept { return m_op; }
-  /// Not API: the context the operation runs on.
-  uring_context& context() const noexcept { return *m_ctx; }
-  /// Not API: with_cancel's token, watched instead of the awaiting task's.
-  void watch(std::stop_token t) noexcept {
-    m_watch.m_token = std::move(t);
-    m_watch.m_explicit = true;
-  }
 
  protected:
+  friend struct awaitable_access;
   /// Records `h` and submits (io/src/uring_context.cpp); false when the operation ended
   /// already (do not suspend).
   bool suspend(std::coroutine_handle<> h);
@@ -234,6 +226,17 @@ class uring_awaitable {
   uring_context* m_ctx;
   uring_op m_op;
   stop_watch m_watch;
+};
+
+/// What with_timeout and with_cancel (weft/io/tcp.hpp) set on a ring awaitable.
+struct awaitable_access {
+  /// The operation (with_timeout sets its linked timeout).
+  static uring_op& op(uring_awaitable& a) noexcept { return a.m_op; }
+  /// with_cancel's token, watched instead of the awaiting task's.
+  static void watch(uring_awaitable& a, std::stop_token t) noexcept {
+    a.m_watch.m_token = std::move(t);
+    a.m_watch.m_explicit = true;
+  }
 };
 
 }  // namespace detail
