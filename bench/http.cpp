@@ -11,7 +11,9 @@
 // many requests as wrk counted: otherwise `FAIL:`. max_rss is the server's: this
 // process's peak for the in-process flavors, the sum over nginx's processes for nginx.
 // For bench/run, each wrk pass (the warm-up first) also prints a line
-// `http: rps=... p50_us=... p99_us=...`, and `--size C` is `--connections C`.
+// `http: rps=... p50_us=... p99_us=... cpu_us=...` (cpu_us: the server's CPU time per
+// request, which still tells servers apart when wrk, sharing the machine, is the
+// bottleneck), and `--size C` is `--connections C`.
 //
 // Flavors. Every in-process server listens on T sockets bound to one port with
 // SO_REUSEPORT, one per thread, so the kernel spreads connections over the threads:
@@ -45,6 +47,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -174,12 +177,23 @@ tcp::acceptor reuse_port_acceptor(asio::io_context& ctx, unsigned short port) {
   return a;
 }
 
+/// CPU time (user + system) this process has used, in seconds (its children's not counted).
+double self_cpu_seconds() {
+  struct rusage ru{};
+  ::getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+         static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
+}
+
 /// A server running until destroyed.
 class server {
  public:
   virtual ~server() = default;
   virtual unsigned short port() const = 0;
   virtual const counters& stats() const = 0;
+  /// CPU seconds the server has used so far: on a machine whose client (wrk) takes as
+  /// much CPU as the server, requests/s stop telling servers apart; CPU per request does.
+  virtual double cpu_seconds() const { return self_cpu_seconds(); }
 };
 
 class asio_server final : public server {
@@ -388,6 +402,22 @@ bool accepts(unsigned short port) {
   return !ec;
 }
 
+/// CPU seconds (utime + stime) process `pid` has used; 0 when unreadable.
+double process_cpu_seconds(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto close = text.rfind(')');  // the command name may hold spaces
+  if (close == std::string::npos) return 0;
+  std::istringstream fields(text.substr(close + 2));
+  std::string f;
+  unsigned long long utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && fields >> f; ++i) {  // fields 14 and 15: utime, stime (ticks)
+    if (i == 14) utime = std::strtoull(f.c_str(), nullptr, 10);
+    if (i == 15) stime = std::strtoull(f.c_str(), nullptr, 10);
+  }
+  return static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
 /// Peak resident set (VmHWM) of process `pid`, in KiB; 0 when unreadable.
 long vm_hwm_kib(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");
@@ -463,13 +493,25 @@ class nginx_server final : public server {
   /// The sum of VmHWM over the master and its workers.
   long max_rss_kib() const {
     long total = vm_hwm_kib(m_pid);
-    std::ifstream children("/proc/" + std::to_string(m_pid) + "/task/" + std::to_string(m_pid) + "/children");
-    pid_t child = 0;
-    while (children >> child) total += vm_hwm_kib(child);
+    for (pid_t child : workers()) total += vm_hwm_kib(child);
+    return total;
+  }
+  /// The CPU time of the master and its workers.
+  double cpu_seconds() const override {
+    double total = process_cpu_seconds(m_pid);
+    for (pid_t child : workers()) total += process_cpu_seconds(child);
     return total;
   }
 
  private:
+  std::vector<pid_t> workers() const {
+    std::ifstream children("/proc/" + std::to_string(m_pid) + "/task/" + std::to_string(m_pid) + "/children");
+    std::vector<pid_t> out;
+    pid_t child = 0;
+    while (children >> child) out.push_back(child);
+    return out;
+  }
+
   counters m_counters;
   std::filesystem::path m_dir;
   pid_t m_pid = -1;
@@ -669,18 +711,23 @@ int main(int argc, char** argv) {
       }
       return {};
     };
-    const auto metrics = [](const wrk_result& r) {
-      std::printf("http: rps=%.0f p50_us=%.0f p99_us=%.0f\n", r.requests_per_second, r.p50_us, r.p99_us);
+    // cpu_us: the server's CPU time per request wrk completed, in microseconds.
+    const auto metrics = [](const wrk_result& r, double cpu_s) {
+      std::printf("http: rps=%.0f p50_us=%.0f p99_us=%.0f cpu_us=%.2f\n", r.requests_per_second, r.p50_us, r.p99_us,
+                  cpu_s * 1e6 / static_cast<double>(r.requests));
     };
+    double cpu_before = srv->cpu_seconds();
     const wrk_result warm = run_wrk(srv->port(), o.connections, 1);  // untimed
     if (auto why = check(warm, 0); !why.empty()) return fail("warm-up: " + why);
-    metrics(warm);
+    metrics(warm, srv->cpu_seconds() - cpu_before);
     std::vector<wrk_result> runs;
     for (int i = 0; i < o.runs; ++i) {
       const std::uint64_t before = srv->stats().answered.load();
+      cpu_before = srv->cpu_seconds();
       runs.push_back(run_wrk(srv->port(), o.connections, o.seconds));
+      const double cpu = srv->cpu_seconds() - cpu_before;
       if (auto why = check(runs.back(), before); !why.empty()) return fail("run " + std::to_string(i + 1) + ": " + why);
-      metrics(runs.back());
+      metrics(runs.back(), cpu);
     }
     struct rusage ru{};
     ::getrusage(RUSAGE_SELF, &ru);

@@ -26,8 +26,8 @@
 // weft::io::error::cancelled, asio::error::eof becomes weft::io::error::eof, and the
 // other errno values of Asio's system category move to std::system_category (same
 // value). Test results with `ec == std::errc::...` and `ec == weft::io::error::...`;
-// `ec == asio::error::eof` and `ec == asio::error::operation_aborted` no longer hold
-// for codes that went through use_task. Asio's other categories (netdb, addrinfo,
+// `ec == asio::error::eof` and `ec == asio::error::operation_aborted` do not hold for
+// codes that went through use_task. Asio's other categories (netdb, addrinfo,
 // misc other than eof) are passed on as they are.
 #pragma once
 
