@@ -19,9 +19,10 @@
 //   stops searching; if it was the last searcher and workers are parked, it wakes one
 //   more (there may be more work where it found some).
 // * Shutdown: stop() sets m_stopping, waits until no foreign thread is inside
-//   schedule() (so none touches the pool after its destruction), and wakes everyone. Workers drain all work; the
-//   last worker to park, finding every other worker parked and every queue empty under
-//   m_idle_mutex, sets m_done and wakes all, and they exit. Parked workers cannot take
+//   schedule() (so none touches the pool after its destruction), and wakes one parked
+//   worker. Workers drain all work; the last worker to park, finding every other worker
+//   parked and every queue empty under m_idle_mutex, sets m_done and wakes all, and
+//   they exit. Parked workers cannot take
 //   or make work, and foreign threads can no longer post, so the check is stable.
 #include <algorithm>
 #include <climits>
@@ -145,11 +146,10 @@ void pool_impl::stop() noexcept {
   // Let foreign threads that got in before the stop finish queueing (and finish
   // touching this pool): their work is then visible to the drain below.
   while (m_schedulers.load(std::memory_order_acquire) != 0) std::this_thread::yield();
-  {
-    std::lock_guard lock(m_idle_mutex);
-    for (worker* w : m_sleeping) wake_locked(*this, *w, true);
-    m_sleeping.clear();
-  }
+  // One parked worker is enough: it parks again, finds everyone else parked and, once
+  // no work is left, ends the pool for all (park()). Workers still running do the same
+  // check when they park. Waking all would make each of them search every victim.
+  wake_one();
   for (auto& w : m_workers)
     if (w->m_thread.joinable()) w->m_thread.join();
 }

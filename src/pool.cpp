@@ -1,4 +1,5 @@
 // src/pool.cpp: thread_pool lifecycle and the external entry point (schedule).
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
@@ -29,6 +30,7 @@ pool_impl::pool_impl(thread_pool& owner, const pool_options& opts, std::span<wor
     for (unsigned i = 0; i < opts.threads; ++i) m_workers[i]->m_reactor = reactors[i];
   }
   compute_steal_orders(*this);
+  m_max_searchers = std::max<std::size_t>(1, std::min(m_workers.size() / 2, available_cpu_count()));
 }
 
 pool_impl::~pool_impl() = default;

@@ -3,6 +3,7 @@
 // idle.cpp (spinning, parking, waking), topology.cpp (hwloc), pool.cpp (lifecycle).
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -69,13 +70,17 @@ struct alignas(k_cache_line) worker : worker_context {
   inbox m_inbox;
   std::vector<unsigned> m_victims;  // steal order, nearest first (topology.cpp)
   unsigned m_tick = 0;
-  // Per victim and priority (index victim * m_prios + prio): the last lone word seen
-  // there and since when (stealing.cpp).
+  // The last lone word seen at a victim's deque of some priority, and since when
+  // (stealing.cpp): a direct-mapped table of k_lone_slots, keyed by victim * m_prios +
+  // prio, so that its size does not grow with the pool (a key that shares its slot with
+  // another only restarts that sighting's patience).
+  static constexpr std::size_t k_lone_slots = 64;
   struct lone_sighting {
+    std::size_t key = static_cast<std::size_t>(-1);
     std::uint64_t word = 0;
     std::int64_t since_ns = 0;
   };
-  std::vector<lone_sighting> m_lone_seen;
+  std::array<lone_sighting, k_lone_slots> m_lone_seen{};
   bool m_searching = false;                                     // counted as a searcher in the pool's idle word
   worker_reactor* m_reactor = nullptr;                          // weft::io::io_pool's ring of this worker, if any
   alignas(k_cache_line) std::atomic<std::uint32_t> m_futex{0};  // 1 = woken
@@ -106,6 +111,7 @@ class pool_impl {
   std::vector<std::unique_ptr<worker>> m_workers;
 
   alignas(k_cache_line) std::atomic<std::uint64_t> m_idle{0};  // sleepers | searching << 32
+  std::uint64_t m_max_searchers = 1;                           // workers searching at once (stealing.cpp)
   alignas(k_cache_line) std::mutex m_idle_mutex;
   std::vector<worker*> m_sleeping;  // guarded by m_idle_mutex
   std::atomic<bool> m_done{false};  // set under m_idle_mutex when the pool has drained
@@ -120,6 +126,8 @@ class pool_impl {
 void compute_steal_orders(pool_impl& pool);
 void pin_current_thread(unsigned index) noexcept;
 std::size_t physical_core_count() noexcept;
+/// CPUs this process may run on: its affinity mask, capped by a cgroup CPU quota.
+std::size_t available_cpu_count() noexcept;
 
 /// Lowers w.m_inline_limit to `limit` unless it is lower already (any thread; worker.cpp).
 void lower_inline_limit(worker_context& w, unsigned limit) noexcept;

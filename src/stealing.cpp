@@ -18,6 +18,8 @@
 // (counted in the pool's idle word, so that producers do not wake more workers while
 // someone is already looking), sweeps all victims at all priorities up to `spins`
 // times with a pause in between, and either returns work or gives up (then parks).
+// At most m_max_searchers search at once (half the workers, and no more than the CPUs
+// the process may use); the others park at once.
 
 #include <chrono>
 
@@ -36,9 +38,10 @@ std::int64_t now_ns() noexcept {
 }  // namespace
 
 bool worker::lone_ripe(std::size_t key, std::uint64_t word) noexcept {
-  lone_sighting& seen = m_lone_seen[key];
+  lone_sighting& seen = m_lone_seen[key % k_lone_slots];
   const std::int64_t now = now_ns();
-  if (seen.word != word) {
+  if (seen.key != key || seen.word != word) {
+    seen.key = key;
     seen.word = word;
     seen.since_ns = now;
     return false;
@@ -65,9 +68,17 @@ void* worker::steal_at(unsigned prio, bool ask) noexcept {
 }
 
 void* worker::search() noexcept {
-  // Become a searcher (a woken worker was already counted as one by its waker).
+  // Become a searcher (a woken worker was already counted as one by its waker), unless
+  // m_max_searchers are looking already: then park at once. They find what there is to
+  // find, and a searcher that takes work while workers are parked wakes one (idle.cpp),
+  // so capping them loses nothing; it keeps idle workers of a big or oversubscribed
+  // pool from sweeping every victim while the CPUs are needed elsewhere.
   if (!m_searching) {
-    m_pool.m_idle.fetch_add(k_searching_one, std::memory_order_seq_cst);
+    std::uint64_t s = m_pool.m_idle.load(std::memory_order_relaxed);
+    do {
+      if ((s >> 32) >= m_pool.m_max_searchers) return nullptr;
+    } while (!m_pool.m_idle.compare_exchange_weak(s, s + k_searching_one, std::memory_order_seq_cst,
+                                                  std::memory_order_relaxed));
     m_searching = true;
   }
   const unsigned rounds = m_pool.m_opts.spins == 0 ? 1 : m_pool.m_opts.spins;

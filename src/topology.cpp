@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <mutex>
 #include <string>
 
@@ -90,25 +91,49 @@ std::size_t physical_core_count() noexcept {
   return 1;
 }
 
+std::size_t available_cpu_count() noexcept {
+  std::size_t n = 1;
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) n = static_cast<std::size_t>(std::max(1, CPU_COUNT(&set)));
+  std::size_t quota = 0;
+  try {
+    quota = cgroup_cpu_quota();
+  } catch (...) {  // an unreadable quota: none
+  }
+  return quota != 0 ? std::min(n, quota) : n;
+}
+
 void compute_steal_orders(pool_impl& pool) {
+  // Victims nearest first: by the depth of the deepest hwloc object a victim's core
+  // shares with the thief's (deeper = nearer), then by ring distance (j - i mod n) so
+  // that thieves at the same distance start at different victims. Worker i runs on core
+  // i mod cores, so the depths are those of core pairs: computed once per pair, and the
+  // victims bucketed by depth in O(n) per worker (a pool of thousands of workers would
+  // spend seconds in per-pair hwloc calls and sorts).
   topology& topo = topology::get();
   const unsigned n = static_cast<unsigned>(pool.m_workers.size());
-  for (unsigned i = 0; i < n; ++i) {
-    std::vector<std::pair<int, unsigned>> order;  // (-shared depth, ring distance) per victim
-    for (unsigned j = 0; j < n; ++j) {
-      if (j == i) continue;
-      int depth = 0;
-      hwloc_obj_t a = topo.core(i), b = topo.core(j);
-      if (a != nullptr && b != nullptr) {
-        hwloc_obj_t common = hwloc_get_common_ancestor_obj(topo.handle(), a, b);
-        depth = common != nullptr ? static_cast<int>(common->depth) : 0;
-      }
-      order.emplace_back(-depth, (j + n - i) % n);
+  const unsigned cores = static_cast<unsigned>(std::max(0, topo.cores()));
+  const unsigned c = std::min(n, cores);  // distinct cores in use (0: no topology)
+  std::vector<int> depth(std::size_t{c} * c, 0);
+  for (unsigned a = 0; a < c; ++a)
+    for (unsigned b = 0; b < c; ++b) {
+      hwloc_obj_t common = hwloc_get_common_ancestor_obj(topo.handle(), topo.core(a), topo.core(b));
+      depth[std::size_t{a} * c + b] = common != nullptr ? static_cast<int>(common->depth) : 0;
     }
-    std::sort(order.begin(), order.end());
+  std::vector<int> levels(depth.begin(), depth.end());
+  levels.push_back(0);
+  std::sort(levels.begin(), levels.end(), std::greater<>());  // deepest first
+  levels.erase(std::unique(levels.begin(), levels.end()), levels.end());
+  for (unsigned i = 0; i < n; ++i) {
     auto& victims = pool.m_workers[i]->m_victims;
     victims.clear();
-    for (auto [d, dist] : order) victims.push_back((i + dist) % n);
+    victims.reserve(n - 1);
+    for (int level : levels)
+      for (unsigned dist = 1; dist < n; ++dist) {
+        const unsigned j = (i + dist) % n;
+        const int d = c == 0 ? 0 : depth[std::size_t{i % c} * c + j % c];
+        if (d == level) victims.push_back(j);
+      }
   }
 }
 

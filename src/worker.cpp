@@ -67,10 +67,7 @@ void* inbox::try_steal(unsigned prio) noexcept {
 // ---- worker ------------------------------------------------------------------------
 
 worker::worker(pool_impl& pool, unsigned index, unsigned prios)
-    : m_pool(pool),
-      m_deque_storage(new split_deque[prios]),
-      m_inbox(prios),
-      m_lone_seen(std::size_t{pool.m_opts.threads} * prios) {
+    : m_pool(pool), m_deque_storage(new split_deque[prios]), m_inbox(prios) {
   m_deques = m_deque_storage.get();
   m_prios = prios;
   m_index = index;
