@@ -77,6 +77,8 @@ def parse_args(argv):
                                 "(binary x flavor x thread count), check every answer, report (bench/README.md).")
     p.add_argument("--quick", action="store_true", help="small sizes, the whole run under a minute")
     p.add_argument("--sweep", action="store_true", help="every thread count 1..nproc (default: 1 and nproc)")
+    p.add_argument("--threads", metavar="T1,T2,...",
+                   help="these thread counts instead (above nproc: oversubscribed; bench/sweep uses it)")
     p.add_argument("--runs", type=int, default=3, help="timed runs per binary x flavor x threads (default 3)")
     p.add_argument("--rounds", type=int, default=1,
                    help="invoke every binary x flavor x threads of a workload this many times, in turn "
@@ -104,6 +106,13 @@ def parse_args(argv):
     for f in (args.compare, args.against):
         if f and not f.is_file():
             p.error(f"no such results file: {f}")
+    if args.threads is not None:
+        try:
+            args.threads = sorted({int(t) for t in args.threads.split(",")})
+        except ValueError:
+            p.error(f"--threads takes a comma-separated list of counts (got {args.threads!r})")
+        if not args.threads or args.threads[0] < 1:
+            p.error("--threads: every count must be >= 1")
     if args.runs < 1:
         p.error("--runs must be >= 1")
     if args.rounds < 1:
@@ -166,6 +175,8 @@ def built_flavors(path):
 
 
 def thread_counts(args):
+    if args.threads:
+        return args.threads
     nproc = len(os.sched_getaffinity(0))
     return list(range(1, nproc + 1)) if args.sweep else sorted({1, nproc})
 
