@@ -5,13 +5,9 @@
 // and the server still answers. io_uring missing: the pool refuses with
 // uring_unavailable (checked in a child whose io_uring_setup a seccomp filter blocks).
 // The sizes are smaller under the sanitizers (their runtimes are many times slower).
-#include <linux/filter.h>
-#include <linux/seccomp.h>
 #include <netinet/in.h>
-#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -41,15 +37,6 @@ using weft_io_test::failures;
 namespace {
 
 constexpr bool k_sanitized = WEFT_SANITIZED != 0;
-
-std::unique_ptr<wio::io_pool> make_pool_or_skip(std::size_t threads) {
-  try {
-    return std::make_unique<wio::io_pool>(weft::pool_options{.threads = threads});
-  } catch (const wio::uring_unavailable& e) {
-    WARN("SKIPPED (io_uring unavailable): " << e.what());
-    return nullptr;
-  }
-}
 
 /// Byte i of message `msg` of connection `conn`: the data can be checked without being kept.
 inline char pattern(std::uint32_t conn, std::uint32_t msg, std::size_t i) noexcept {
@@ -229,7 +216,7 @@ TEST_CASE("io_pool reliability: concurrent echo, random sizes, 10 % reset mid-tr
     WARN("SKIPPED: the fd limit is below " << 2 * conns + 200);
     return;
   }
-  auto io = make_pool_or_skip(2);
+  auto io = weft_io_test::make_io_pool_or_skip(2);
   if (!io) return;
   const std::size_t fds_before = weft_io_test::fd_count();
   {
@@ -288,7 +275,7 @@ weft::task<void> half_closing_clients(wio::io_pool& io, wio::endpoint at, int co
 }  // namespace
 
 TEST_CASE("io_pool reliability: half-closed clients get all their bytes back", "[io][io_pool]") {
-  auto io = make_pool_or_skip(2);
+  auto io = weft_io_test::make_io_pool_or_skip(2);
   if (!io) return;
   const std::size_t fds_before = weft_io_test::fd_count();
   {
@@ -328,7 +315,7 @@ long max_rss_kib() {
 }  // namespace
 
 TEST_CASE("io_pool reliability: readers that never read do not grow the server's memory", "[io][io_pool]") {
-  auto io = make_pool_or_skip(2);
+  auto io = weft_io_test::make_io_pool_or_skip(2);
   if (!io) return;
   const std::size_t fds_before = weft_io_test::fd_count();
   wio::tcp_listener l(*io, 0);
@@ -371,7 +358,7 @@ TEST_CASE("io_pool reliability: readers that never read do not grow the server's
 
 TEST_CASE("io_pool reliability: connect/close churn", "[io][io_pool]") {
   const int churn = k_sanitized ? 4000 : 20000;
-  auto io = make_pool_or_skip(2);
+  auto io = weft_io_test::make_io_pool_or_skip(2);
   if (!io) return;
   const std::size_t fds_before = weft_io_test::fd_count();
   {
@@ -397,15 +384,7 @@ TEST_CASE("io_pool reliability: without io_uring the pool refuses with uring_una
   REQUIRE(pid >= 0);
   if (pid == 0) {
     // The child: io_uring_setup fails with EPERM from now on, as under a container policy.
-    sock_filter filter[] = {
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, static_cast<std::uint32_t>(offsetof(seccomp_data, nr))),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-    };
-    sock_fprog prog{static_cast<unsigned short>(sizeof filter / sizeof filter[0]), filter};
-    if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0)
-      ::_exit(3);
+    if (!weft_io_test::forbid_io_uring_setup()) ::_exit(3);
     try {
       wio::io_pool io{weft::pool_options{.threads = 2}};
       ::_exit(1);  // made a pool without io_uring

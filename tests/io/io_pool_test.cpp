@@ -27,15 +27,6 @@ using weft_io_test::failures;
 
 namespace {
 
-std::unique_ptr<wio::io_pool> make_pool_or_skip(std::size_t threads) {
-  try {
-    return std::make_unique<wio::io_pool>(weft::pool_options{.threads = threads});
-  } catch (const wio::uring_unavailable& e) {
-    WARN("SKIPPED (io_uring unavailable): " << e.what());
-    return nullptr;
-  }
-}
-
 weft::task<void> echo(wio::tcp_stream s) {
   std::vector<char> buf(64 * 1024);
   for (;;) {
@@ -135,7 +126,7 @@ weft::task<void> clients(wio::io_pool& io, wio::endpoint at, int count, int mess
 
 TEST_CASE("io_pool: echo over one reuse_port listener per worker, every byte checked", "[io][io_pool]") {
   for (std::size_t threads : {1u, 2u, 4u}) {
-    auto io = make_pool_or_skip(threads);
+    auto io = weft_io_test::make_io_pool_or_skip(threads);
     if (!io) return;
     server srv(*io);
     failures fail;
@@ -167,7 +158,7 @@ weft::task<bool> same_thread_across_reads(wio::io_pool& io, wio::endpoint at, in
 }  // namespace
 
 TEST_CASE("io_pool: a task resumes on the worker that started its operation", "[io][io_pool]") {
-  auto io = make_pool_or_skip(2);
+  auto io = weft_io_test::make_io_pool_or_skip(2);
   if (!io) return;
   server srv(*io);
   bool same = false;
@@ -203,7 +194,7 @@ weft::task<void> fib_echo(wio::tcp_stream s, std::atomic<int>& wrong) {
 }  // namespace
 
 TEST_CASE("io_pool: operations awaited from threads outside the pool", "[io][io_pool]") {
-  auto io = make_pool_or_skip(2);
+  auto io = weft_io_test::make_io_pool_or_skip(2);
   if (!io) return;
   server srv(*io);
   failures fail;
@@ -225,7 +216,7 @@ TEST_CASE("io_pool: operations awaited from threads outside the pool", "[io][io_
 }
 
 TEST_CASE("io_pool: timers on the workers, and posted work still wakes parked workers", "[io][io_pool]") {
-  auto io = make_pool_or_skip(2);
+  auto io = weft_io_test::make_io_pool_or_skip(2);
   if (!io) return;
   std::atomic<int> woke{0};
   const auto t0 = std::chrono::steady_clock::now();
@@ -247,7 +238,7 @@ TEST_CASE("io_pool: timers on the workers, and posted work still wakes parked wo
 }
 
 TEST_CASE("io_pool: compute forks inside connection tasks", "[io][io_pool]") {
-  auto io = make_pool_or_skip(2);
+  auto io = weft_io_test::make_io_pool_or_skip(2);
   if (!io) return;
   wio::tcp_listener l(*io, 0);
   REQUIRE_FALSE(l.listen(wio::endpoint::loopback(0)));
@@ -301,7 +292,7 @@ weft::task<void> read_until_stopped(wio::tcp_stream s, std::atomic<int>& cancell
 }  // namespace
 
 TEST_CASE("io_pool: a scope's stop ends reads pending on every worker; fds come back", "[io][io_pool]") {
-  auto io = make_pool_or_skip(2);
+  auto io = weft_io_test::make_io_pool_or_skip(2);
   if (!io) return;
   const std::size_t fds_before = weft_io_test::fd_count();
   std::atomic<int> cancelled{0};
@@ -336,7 +327,7 @@ TEST_CASE("io_pool: a scope's stop ends reads pending on every worker; fds come 
 TEST_CASE("io_pool: bad options", "[io][io_pool]") {
   CHECK_THROWS_AS(wio::io_pool(weft::pool_options{.threads = 0}), std::invalid_argument);
   CHECK_THROWS_AS(wio::io_pool(weft::pool_options{.threads = 5000}), std::invalid_argument);
-  auto io = make_pool_or_skip(2);
+  auto io = weft_io_test::make_io_pool_or_skip(2);
   if (!io) return;
   CHECK(io->ring_count() == 2);
   CHECK_THROWS_AS(wio::tcp_listener(*io, 2), std::out_of_range);
@@ -366,7 +357,7 @@ weft::task<long> timers_racing_steals(wio::io_pool& io, int tasks, int rounds) {
 }  // namespace
 
 TEST_CASE("io_pool: completions racing steals (TSan stress)", "[io][io_pool]") {
-  auto io = make_pool_or_skip(4);  // more workers than CI's cores: preemption mid-protocol
+  auto io = weft_io_test::make_io_pool_or_skip(4);  // more workers than CI's cores: preemption mid-protocol
   if (!io) return;
   constexpr int k_tasks = 200, k_rounds = 20;
   std::atomic<long> outside{0};

@@ -2,11 +2,16 @@
 // latch, io_uring availability (skip, not fail) and the echo messages.
 #pragma once
 
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <weft/io/io_pool.hpp>
 #include <weft/io/tcp.hpp>
 #include <weft/io/uring_context.hpp>
 #include <weft/sync_wait.hpp>
@@ -100,6 +105,30 @@ inline std::unique_ptr<weft::io::uring_context> make_uring_or_skip(weft::io::uri
     WARN("SKIPPED (io_uring unavailable): " << e.what());
     return nullptr;
   }
+}
+
+/// An io_pool of `threads` workers, or nullptr after a Catch2 WARN naming why io_uring is
+/// unavailable (the calling test then returns: skipped, not failed).
+inline std::unique_ptr<weft::io::io_pool> make_io_pool_or_skip(std::size_t threads) {
+  try {
+    return std::make_unique<weft::io::io_pool>(weft::pool_options{.threads = threads});
+  } catch (const weft::io::uring_unavailable& e) {
+    WARN("SKIPPED (io_uring unavailable): " << e.what());
+    return nullptr;
+  }
+}
+
+/// For a child process: from now on io_uring_setup fails with EPERM, as under a
+/// container runtime's seccomp policy. False when the filter cannot be installed.
+inline bool forbid_io_uring_setup() {
+  sock_filter filter[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, static_cast<std::uint32_t>(offsetof(seccomp_data, nr))),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  sock_fprog prog{static_cast<unsigned short>(sizeof filter / sizeof filter[0]), filter};
+  return ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 && ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) == 0;
 }
 
 /// The echo messages: 64 bytes that encode the connection and the message number.

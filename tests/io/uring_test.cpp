@@ -1,12 +1,8 @@
 // The io_uring backend: echo under load with resets, timers, timeouts, cancellation,
 // errors, executor behaviour and fd hygiene. Skipped (with a WARN naming the cause)
 // where io_uring is unavailable.
-#include <linux/filter.h>
-#include <linux/seccomp.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -469,15 +465,7 @@ namespace {
 // Exit codes: 0 ok, 2 no exception, 3 wrong code, 4 message without the cause, 5 Asio
 // failed, 6 seccomp could not be installed (the parent then skips).
 [[noreturn]] void child_without_io_uring() {
-  sock_filter filter[] = {
-      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-  };
-  sock_fprog prog{static_cast<unsigned short>(sizeof filter / sizeof filter[0]), filter};
-  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0)
-    ::_exit(6);
+  if (!weft_io_test::forbid_io_uring_setup()) ::_exit(6);
   int code = 2;
   try {
     weft::io::uring_context io;
