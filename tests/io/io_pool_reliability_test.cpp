@@ -307,6 +307,18 @@ weft::task<void> flood(wio::tcp_stream s, const std::vector<char>& chunk, std::s
 constexpr int k_readers = 16;
 constexpr std::size_t k_total = 10u << 20;  // 10 MiB to each slow reader
 
+// Accepts the slow readers and starts a flood to each.
+weft::task<void> start_floods(wio::tcp_listener& listener, weft::scope<>& scope, const std::vector<char>& chunk,
+                              std::atomic<std::uint64_t>& sent, std::atomic<int>& ended) {
+  for (int i = 0; i < k_readers; ++i) {
+    auto [ec, s] = co_await listener.accept();
+    if (ec) co_return;
+    scope.spawn(flood, std::move(s), std::cref(chunk), k_total, std::ref(sent), std::ref(ended));
+  }
+}
+
+weft::task<void> join_scope(weft::scope<>& scope) { co_await scope.join(); }
+
 long max_rss_kib() {
   rusage ru{};
   ::getrusage(RUSAGE_SELF, &ru);
@@ -327,15 +339,7 @@ TEST_CASE("io_pool reliability: readers that never read do not grow the server's
   std::atomic<int> ended{0};
   const long rss_before = max_rss_kib();
   weft::scope<> floods;
-  weft::sync_wait(*io,
-                  [](wio::tcp_listener& l, weft::scope<>& floods, const std::vector<char>& chunk,
-                     std::atomic<std::uint64_t>& sent, std::atomic<int>& ended) -> weft::task<void> {
-                    for (int i = 0; i < k_readers; ++i) {
-                      auto [ec, s] = co_await l.accept();
-                      if (ec) co_return;
-                      floods.spawn(flood, std::move(s), std::cref(chunk), k_total, std::ref(sent), std::ref(ended));
-                    }
-                  }(l, floods, chunk, sent, ended));
+  weft::sync_wait(*io, start_floods(l, floods, chunk, sent, ended));
   // Wait until the sending stalls: the socket buffers are full and every write_all waits.
   std::uint64_t last = 0;
   for (int i = 0; i < 100; ++i) {
@@ -350,7 +354,7 @@ TEST_CASE("io_pool reliability: readers that never read do not grow the server's
   CHECK(max_rss_kib() - rss_before < 32 * 1024);           // no user-space queue grew
   // The readers go away: every flood ends with an error, nothing leaks.
   for (int fd : readers) ::close(fd);
-  weft::sync_wait(*io, [](weft::scope<>& floods) -> weft::task<void> { co_await floods.join(); }(floods));
+  weft::sync_wait(*io, join_scope(floods));
   CHECK(ended.load() == k_readers);
   l.close();
   CHECK(settled_fd_count(fds_before) == fds_before);

@@ -155,6 +155,10 @@ weft::task<bool> same_thread_across_reads(wio::io_pool& io, wio::endpoint at, in
   }
   co_return same;
 }
+
+weft::task<void> check_same_thread(wio::io_pool& pool, wio::endpoint to, bool& out) {
+  out = co_await same_thread_across_reads(pool, to, 200);
+}
 }  // namespace
 
 TEST_CASE("io_pool: a task resumes on the worker that started its operation", "[io][io_pool]") {
@@ -162,9 +166,7 @@ TEST_CASE("io_pool: a task resumes on the worker that started its operation", "[
   if (!io) return;
   server srv(*io);
   bool same = false;
-  weft::sync_wait(*io, serve_while(srv, [](wio::io_pool& io, wio::endpoint at, bool& out) -> weft::task<void> {
-    out = co_await same_thread_across_reads(io, at, 200);
-  }(*io, srv.m_endpoint, same)));
+  weft::sync_wait(*io, serve_while(srv, check_same_thread(*io, srv.m_endpoint, same)));
   CHECK(same);
 }
 
@@ -215,69 +217,75 @@ TEST_CASE("io_pool: operations awaited from threads outside the pool", "[io][io_
   CHECK(bytes.load() > 0);
 }
 
+namespace {
+weft::task<void> sleep_then_count(wio::io_pool& pool, std::atomic<int>& count, int i) {
+  auto ec = co_await wio::sleep_for(pool, std::chrono::milliseconds(1 + i % 20));
+  if (!ec) count.fetch_add(1);
+}
+
+weft::task<void> many_timers(wio::io_pool& pool, std::atomic<int>& count) {
+  weft::scope<> s;
+  for (int i = 0; i < 500; ++i) s.spawn(sleep_then_count, std::ref(pool), std::ref(count), i);
+  co_await s.join();
+}
+
+weft::task<int> seven() { co_return 7; }
+}  // namespace
+
 TEST_CASE("io_pool: timers on the workers, and posted work still wakes parked workers", "[io][io_pool]") {
   auto io = weft_io_test::make_io_pool_or_skip(2);
   if (!io) return;
   std::atomic<int> woke{0};
   const auto t0 = std::chrono::steady_clock::now();
-  weft::sync_wait(*io, [](wio::io_pool& io, std::atomic<int>& woke) -> weft::task<void> {
-    weft::scope<> s;
-    for (int i = 0; i < 500; ++i)
-      s.spawn(
-          [](wio::io_pool& io, std::atomic<int>& woke, int i) -> weft::task<void> {
-            auto ec = co_await wio::sleep_for(io, std::chrono::milliseconds(1 + i % 20));
-            if (!ec) woke.fetch_add(1);
-          },
-          std::ref(io), std::ref(woke), i);
-    co_await s.join();
-  }(*io, woke));
+  weft::sync_wait(*io, many_timers(*io, woke));
   CHECK(woke.load() == 500);
   CHECK(std::chrono::steady_clock::now() - t0 >= 20ms);
   // Idle workers wait in their rings: work posted from here must still wake them.
-  for (int i = 0; i < 2000; ++i) CHECK(weft::sync_wait(*io, []() -> weft::task<int> { co_return 7; }()) == 7);
+  for (int i = 0; i < 2000; ++i) CHECK(weft::sync_wait(*io, seven()) == 7);
 }
+
+namespace {
+weft::task<void> fib_client(wio::io_pool& pool, wio::endpoint to, failures& f) {
+  wio::tcp_stream s(pool);
+  if (auto ec = co_await s.connect(to)) {
+    f.add("connect: " + ec.message());
+    co_return;
+  }
+  for (int k = 0; k < 5; ++k) {
+    char c = 20;
+    auto w = co_await s.write_all(&c, 1);
+    auto r = co_await s.read_some(&c, 1);
+    if (w.ec || r.ec || c != 20) f.add("fib echo failed");
+  }
+}
+
+weft::task<void> fib_service(wio::io_pool& pool, wio::tcp_listener& listener, std::atomic<int>& wrong_results,
+                             failures& f) {
+  weft::scope<> conns;
+  weft::scope<> clients;
+  for (int i = 0; i < 8; ++i) clients.spawn(fib_client, std::ref(pool), listener.local_endpoint(), std::ref(f));
+  for (int i = 0; i < 8; ++i) {
+    auto [ec, s] = co_await listener.accept();
+    if (ec) {
+      f.add("accept: " + ec.message());
+      break;
+    }
+    conns.spawn(fib_echo, std::move(s), std::ref(wrong_results));
+  }
+  co_await clients.join();
+  co_await conns.join();
+  listener.close();
+}
+}  // namespace
 
 TEST_CASE("io_pool: compute forks inside connection tasks", "[io][io_pool]") {
   auto io = weft_io_test::make_io_pool_or_skip(2);
   if (!io) return;
   wio::tcp_listener l(*io, 0);
   REQUIRE_FALSE(l.listen(wio::endpoint::loopback(0)));
-  const auto at = l.local_endpoint();
   std::atomic<int> wrong{0};
   failures fail;
-  weft::sync_wait(*io,
-                  [](wio::io_pool& io, wio::tcp_listener& l, wio::endpoint at, std::atomic<int>& wrong,
-                     failures& fail) -> weft::task<void> {
-                    weft::scope<> conns;
-                    weft::scope<> cl;
-                    for (int i = 0; i < 8; ++i)
-                      cl.spawn(
-                          [](wio::io_pool& io, wio::endpoint at, failures& fail) -> weft::task<void> {
-                            wio::tcp_stream s(io);
-                            if (auto ec = co_await s.connect(at)) {
-                              fail.add("connect: " + ec.message());
-                              co_return;
-                            }
-                            for (int k = 0; k < 5; ++k) {
-                              char c = 20;
-                              auto w = co_await s.write_all(&c, 1);
-                              auto r = co_await s.read_some(&c, 1);
-                              if (w.ec || r.ec || c != 20) fail.add("fib echo failed");
-                            }
-                          },
-                          std::ref(io), at, std::ref(fail));
-                    for (int i = 0; i < 8; ++i) {
-                      auto [ec, s] = co_await l.accept();
-                      if (ec) {
-                        fail.add("accept: " + ec.message());
-                        break;
-                      }
-                      conns.spawn(fib_echo, std::move(s), std::ref(wrong));
-                    }
-                    co_await cl.join();
-                    co_await conns.join();
-                    l.close();
-                  }(*io, l, at, wrong, fail));
+  weft::sync_wait(*io, fib_service(*io, l, wrong, fail));
   INFO(fail.m_first);
   CHECK(fail.m_count == 0);
   CHECK(wrong.load() == 0);
@@ -288,6 +296,20 @@ weft::task<void> read_until_stopped(wio::tcp_stream s, std::atomic<int>& cancell
   char c;
   auto [ec, n] = co_await s.read_some(&c, 1);  // nobody writes: only the stop ends it
   if (ec == std::errc::operation_canceled) cancelled.fetch_add(1);
+}
+
+// Accepts 32 connections whose peers never write, starts a read on each, then stops them.
+weft::task<void> stop_readers(wio::io_pool& pool, wio::tcp_listener& listener, std::atomic<int>& cancelled) {
+  weft::scope<> readers;
+  for (int i = 0; i < 32; ++i) {
+    auto [ec, s] = co_await listener.accept();
+    if (ec) co_return;
+    readers.spawn(read_until_stopped, std::move(s), std::ref(cancelled));
+  }
+  co_await wio::sleep_for(pool, 20ms);  // the reads are in flight (on whichever rings)
+  readers.request_stop();
+  co_await readers.join();
+  listener.close();
 }
 }  // namespace
 
@@ -301,18 +323,7 @@ TEST_CASE("io_pool: a scope's stop ends reads pending on every worker; fds come 
     REQUIRE_FALSE(l.listen(wio::endpoint::loopback(0)));
     std::vector<int> peers;
     for (int i = 0; i < 32; ++i) peers.push_back(weft_io_test::connect_plain(l.local_endpoint()));
-    weft::sync_wait(*io, [](wio::io_pool& io, wio::tcp_listener& l, std::atomic<int>& cancelled) -> weft::task<void> {
-      weft::scope<> readers;
-      for (int i = 0; i < 32; ++i) {
-        auto [ec, s] = co_await l.accept();
-        if (ec) co_return;
-        readers.spawn(read_until_stopped, std::move(s), std::ref(cancelled));
-      }
-      co_await wio::sleep_for(io, 20ms);  // the reads are in flight (on whichever rings)
-      readers.request_stop();
-      co_await readers.join();
-      l.close();
-    }(*io, l, cancelled));
+    weft::sync_wait(*io, stop_readers(*io, l, cancelled));
     for (int fd : peers) ::close(fd);
   }
   CHECK(cancelled.load() == 32);
