@@ -1,6 +1,8 @@
-// Uses the installed weft::uring alone: a weft task sleeps on a uring_context where
-// io_uring is available. Includes no Asio header, and needs none.
+// Uses the installed weft::uring alone: a weft task sleeps on a uring_context, and on
+// an io_pool's workers, where io_uring is available. Includes no Asio header, and needs
+// none.
 #include <weft/io/error.hpp>
+#include <weft/io/io_pool.hpp>
 #include <weft/io/sleep.hpp>
 #include <weft/io/uring_context.hpp>
 #include <weft/sync_wait.hpp>
@@ -25,8 +27,10 @@ int main() {
   try {
     weft::io::uring_context ring;
     const int status = weft::sync_wait(ring, nap(ring));
-    std::printf("weft uring consumer: slept, %d (%s)\n", status, eof.category().name());
-    return status;
+    weft::io::io_pool pool{{.threads = 2}};
+    const int pool_status = weft::sync_wait(pool, nap(pool));
+    std::printf("weft uring consumer: slept, %d %d (%s)\n", status, pool_status, eof.category().name());
+    return status + pool_status;
   } catch (const weft::io::uring_unavailable& e) {
     std::printf("weft uring consumer: %s (%s)\n", e.what(), eof.category().name());
     return 0;
