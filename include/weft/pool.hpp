@@ -27,8 +27,9 @@ struct pool_options {
   bool pin = false;                              ///< bind worker i to core i (hwloc)
   /// Steal rounds (a sweep over every other worker, then a short pause) an idle worker
   /// makes before it parks, 0..65536 (0 counts as 1). More rounds find new work sooner
-  /// and burn more CPU while idle; each worker of a stopping pool makes them again
-  /// before it exits, so the bound keeps a destructor from spinning for minutes.
+  /// and burn more CPU while idle. Only a few idle workers search at once (half the
+  /// workers, and no more than the CPUs the process may use); the others park at once,
+  /// so a pool larger than the machine does not spend its CPUs searching.
   unsigned spins = 64;
   /// Called with an exception nobody can rethrow any more (a task started with
   /// `.detach()`, an abandoned fork_handle's child, a fork_group or scope destroyed
