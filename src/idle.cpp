@@ -22,8 +22,12 @@
 //   schedule() (so none touches the pool after its destruction), and wakes one parked
 //   worker. Workers drain all work; the last worker to park, finding every other worker
 //   parked and every queue empty under m_idle_mutex, sets m_done and wakes all, and
-//   they exit. Parked workers cannot take
-//   or make work, and foreign threads can no longer post, so the check is stable.
+//   they exit. Parked workers cannot take or make work, and foreign threads can no
+//   longer post, so the check is stable.
+// * With a reactor (weft::io::io_pool: weft/detail/reactor.hpp) a parked worker waits in
+//   it instead of on its futex word; wake_up() wakes it there. Its own events (an I/O
+//   completion) end the wait too: then it takes itself off the parked list (unpark())
+//   before it runs anything, so a parked worker still never takes or makes work.
 #include <algorithm>
 #include <climits>
 #include <thread>
