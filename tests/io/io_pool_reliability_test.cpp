@@ -18,6 +18,7 @@
 #include <weft/weft.hpp>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstddef>
@@ -119,11 +120,12 @@ int bounded_socket() {
 /// The server still answers: one echo from a plain socket.
 bool still_answers(const wio::endpoint& at) {
   const int fd = bounded_socket();
-  bool ok = ::connect(fd, at.data(), at.size()) == 0 && ::send(fd, "ping", 4, MSG_NOSIGNAL) == 4;
+  bool ok = weft_io_test::connect_blocking(fd, at) == 0 && ::send(fd, "ping", 4, MSG_NOSIGNAL) == 4;
   char buf[4] = {};
   std::size_t got = 0;
   while (ok && got < 4) {
     const ssize_t n = ::recv(fd, buf + got, 4 - got, 0);
+    if (n < 0 && errno == EINTR) continue;  // a stop and continue of the process
     ok = n > 0;
     if (ok) got += static_cast<std::size_t>(n);
   }
@@ -368,11 +370,15 @@ TEST_CASE("io_pool reliability: connect/close churn", "[io][io_pool]") {
   {
     echo_server srv(*io);
     int failed = 0;
+    int first_errno = 0;
     for (int i = 0; i < churn; ++i) {
       const int fd = bounded_socket();
-      if (::connect(fd, srv.m_at.data(), srv.m_at.size()) != 0) ++failed;
+      if (const int err = weft_io_test::connect_blocking(fd, srv.m_at); err != 0) {
+        if (failed++ == 0) first_errno = err;
+      }
       ::close(fd);
     }
+    INFO("first failure: " << std::strerror(first_errno));
     CHECK(failed == 0);
     // Every connection is accepted and its echo task ends (EOF): bounded wait.
     const auto until = std::chrono::steady_clock::now() + 30s;

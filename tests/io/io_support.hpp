@@ -4,6 +4,7 @@
 
 #include <linux/filter.h>
 #include <linux/seccomp.h>
+#include <poll.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -17,6 +18,7 @@
 #include <weft/sync_wait.hpp>
 #include <weft/task.hpp>
 
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -49,12 +51,30 @@ inline std::size_t raise_fd_limit() {
   return static_cast<std::size_t>(lim.rlim_cur);
 }
 
+/// A blocking connect() of `fd` to `at`; 0 or the errno of the failure. A connect that a
+/// stop and continue of the process (SIGSTOP/SIGCONT, a cgroup freeze) interrupts
+/// returns EINTR on a socket with SO_SNDTIMEO set, and the handshake goes on in the
+/// kernel: then this waits (up to 10 s) for its outcome.
+inline int connect_blocking(int fd, const weft::io::endpoint& at) {
+  if (::connect(fd, at.data(), at.size()) == 0) return 0;
+  if (errno != EINTR) return errno;
+  pollfd p{fd, POLLOUT, 0};
+  int r = 0;
+  do r = ::poll(&p, 1, 10'000);
+  while (r < 0 && errno == EINTR);
+  if (r == 0) return ETIMEDOUT;
+  int err = 0;
+  socklen_t len = sizeof err;
+  if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) return errno;
+  return err;
+}
+
 /// A plain blocking client socket connected to `at` (loopback: the handshake completes
 /// in the kernel, whether or not the server has accepted yet); -1 on failure.
 inline int connect_plain(const weft::io::endpoint& at) {
   const int fd = ::socket(at.data()->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return -1;
-  if (::connect(fd, at.data(), at.size()) != 0) {
+  if (connect_blocking(fd, at) != 0) {
     ::close(fd);
     return -1;
   }

@@ -61,7 +61,7 @@ int plain_socket() {
   return fd;
 }
 
-bool plain_connect(int fd, const wio::endpoint& at) { return ::connect(fd, at.data(), at.size()) == 0; }
+bool plain_connect(int fd, const wio::endpoint& at) { return weft_io_test::connect_blocking(fd, at) == 0; }
 
 /// recv(2), again when a signal interrupted it.
 ssize_t recv_retry(int fd, char* c) {
