@@ -1,43 +1,41 @@
 // weft/channel.hpp: weft::channel<T>, a multi-producer multi-consumer queue between
 // tasks (on any weft executor) and plain threads.
 //
-// Protocol. Two short locks (detail::spin_lock): the producers' lock guards the push
-// end of the element store (detail/segment_queue.hpp), the FIFO of suspended consumers
-// and the closed flag; the consumers' lock guards the pull end and the FIFO of suspended
-// producers (bounded channels). A push takes only the producers' lock and a pull only
-// the consumers' lock on their fast paths, so one producer and one consumer on two
-// threads do not share a lock; whoever needs both takes the consumers' lock first. Each
-// operation has one linearization point, inside its lock, and exactly-once delivery
-// follows:
-//   - invariant: consumers wait only while the store is empty; producers wait only
-//     while it holds `capacity` elements; both lists are FIFO;
-//   - push (producers' lock): closed -> rejected (false); a consumer waits -> the
-//     element is handed to the oldest one directly (it never finds the channel empty
-//     again after waking); room -> stored; else -> try_push says full, push() parks the
-//     producer, after taking both locks and checking again;
-//   - pull (consumers' lock): an element -> taken; if a producer waits, the producers'
-//     lock is taken too before the place is freed, and the producer's element takes it
-//     (it resumes with true), so no later push overtakes a waiting one; empty and
-//     closed -> end (nullopt); empty and open -> park the consumer, after taking both
-//     locks and checking again;
-//   - close (both locks): sets the flag once; waiting consumers get nullopt (the store
-//     is empty whenever one waits); waiting producers get false: their push never
-//     happened. A pull that finds the store empty under its lock after a close sees
-//     every element pushed before it (the close took the producers' lock after them).
-// So every element whose push returned true is delivered exactly once, and every
-// element whose push returned false was never delivered. Wake-ups happen after the
-// locks are released (detail/waiter.hpp: where a woken task runs).
+// Protocol. The elements live in a lock-free store: a ring of exactly `capacity` slots
+// for a bounded channel (detail/mpmc_ring.hpp), a list of fixed-size blocks for an
+// unbounded one (detail/mpmc_list.hpp). A push or a pull that neither finds the channel
+// full or empty nor sees anybody parked is one claim (a CAS on the store's tail or
+// head) and one publication, and takes no lock: producers never wait for consumers or
+// the other way round, and a preempted thread never holds anything another one needs.
+// Each operation's linearization point is its claim; every element is taken by exactly
+// one claim, in the order of the pushes' claims (so FIFO per producer).
 //
-// Why locks rather than a lock-free ring: the critical sections are a handful of
-// instructions and never wake anyone, unlocking is a plain store, so an operation costs
-// one locked instruction, as a fetch_add-based ring does; and locks give FIFO waiters,
-// direct hand-off and a race-free close() for free. Why a lock per end: with a single
-// lock, one producer and one consumer running at once on two threads would move its
-// cache line between the cores on every operation; with one per end, each side's lock
-// and counters stay on its own core and the store's elements cross once per cache line
-// (bench/README.md, 'Channel': the figures, and a slow mode of the bounded case).
+// Parking. One short lock (detail::spin_lock) guards the two FIFOs of parked parties
+// (consumers of an empty channel, producers of a full one) and the elements handed back
+// by a pull whose output threw. A party that must wait takes the lock, queues itself,
+// publishes the count of its FIFO (seq_cst, then a fence) and tries again under the lock
+// (serve()): if the store changed meanwhile it is served at once and does not suspend.
+// A push, after publishing its element, reads the consumers' count (seq_cst), and a pull
+// of a bounded channel, after freeing its slot, reads the producers' count: when not 0,
+// it takes the lock and serves, oldest first: an element goes straight into the oldest
+// parked consumer, a parked producer's element into the freed slot. The party that
+// publishes and the party that parks each write, then read the other's word (the Dekker
+// pattern): at least one of them sees the other, so no wake-up is lost. Fresh co_await
+// pushes and pulls that see parked parties queue behind them (FIFO among waiters).
+//
+// Close. close() sets the store's closed bit (every later push fails) and serves under
+// the lock: parked producers get false (their push never happened); parked consumers
+// get the elements still stored, then nullopt once the store is drained (pushes that
+// claimed before the close are still written, then delivered). So every element whose
+// push returned true is delivered exactly once, and every element whose push returned
+// false was never delivered. Wake-ups happen after the lock is released
+// (detail/waiter.hpp: where a woken task runs).
+//
+// bench/README.md, 'Channel', has the figures (and the design before this one, with a
+// lock for each end, against which they were measured).
 #pragma once
 
+#include <atomic>
 #include <coroutine>
 #include <cstddef>
 #include <cstdint>
@@ -46,10 +44,12 @@
 #include <mutex>
 #include <optional>
 #include <stdexcept>
+#include <string>
 #include <type_traits>
 #include <utility>
 
-#include "weft/detail/segment_queue.hpp"
+#include "weft/detail/mpmc_list.hpp"
+#include "weft/detail/mpmc_ring.hpp"
 #include "weft/detail/spin_lock.hpp"
 #include "weft/detail/waiter.hpp"
 #include "weft/sync_wait.hpp"
@@ -67,9 +67,10 @@ enum class channel_status : std::uint8_t {
 
 /// A multi-producer multi-consumer FIFO channel of T (see the protocol at the top of
 /// weft/channel.hpp). Unbounded by default (memory follows the backlog), or bounded
-/// with `capacity` elements, where push() suspends while full. Usable from tasks on
-/// any weft executor (co_await push/pull) and from plain threads (push_wait/pull_wait)
-/// at the same time. Every member function is thread-safe. A woken task resumes on the
+/// with `capacity` elements, where push() suspends while full; a bounded channel
+/// allocates its `capacity` slots when it is made. Usable from tasks on any weft
+/// executor (co_await push/pull) and from plain threads (push_wait/pull_wait) at the
+/// same time. Every member function is thread-safe. A woken task resumes on the
 /// executor it suspended on. Not copyable or movable: share it by reference or pointer.
 /// Destroying a channel while anything still waits on it is a programming error;
 /// elements still stored are destroyed with it.
@@ -85,79 +86,80 @@ class channel {
     T* m_value = nullptr;
     bool m_ok = false;
   };
+  using store_status = detail::store_status;
 
  public:
   /// The element type.
   using value_type = T;
   /// The capacity of an unbounded channel.
   static constexpr std::size_t unbounded = std::numeric_limits<std::size_t>::max();
+  /// The largest capacity of a bounded channel (its slots are allocated up front).
+  static constexpr std::size_t max_bounded_capacity = std::size_t{1} << 30;
 
   /// An open channel holding at most `capacity` elements (default: unbounded).
-  /// Throws std::invalid_argument for capacity 0.
+  /// Throws std::invalid_argument for capacity 0 or a bounded capacity above
+  /// max_bounded_capacity, and std::bad_alloc when its slots (bounded) or first block
+  /// (unbounded) cannot be allocated.
   explicit channel(std::size_t capacity = unbounded) : m_capacity(capacity) {
     if (capacity == 0) throw std::invalid_argument("weft::channel: capacity must be at least 1 (got 0)");
+    if (capacity == unbounded) {
+      m_list.emplace();
+    } else if (capacity > max_bounded_capacity) {
+      throw std::invalid_argument("weft::channel: a bounded capacity must be at most 2^30 (got " +
+                                  std::to_string(capacity) + "); use channel::unbounded");
+    } else {
+      m_ring.emplace(capacity);
+    }
   }
   channel(const channel&) = delete;
   channel& operator=(const channel&) = delete;
   /// Destroys the elements still stored. Nothing may wait on the channel any more.
-  ~channel() = default;
+  ~channel() {
+    for (returned* r = m_returned_first; r != nullptr;) delete std::exchange(r, r->m_next);
+  }
 
   /// The capacity given at construction (channel::unbounded if none). Thread-safe.
   std::size_t capacity() const noexcept { return m_capacity; }
 
   /// Elements stored now (a snapshot). Thread-safe.
-  std::size_t size() const noexcept { return m_items.size(); }
-
-  /// True once close() was called. Thread-safe.
-  bool closed() const noexcept {
-    std::lock_guard lock(m_push_lock);
-    return m_closed;
+  std::size_t size() const noexcept {
+    const std::size_t stored = bounded() ? m_ring->size() : m_list->size();
+    return stored + m_returned_count.load(std::memory_order_relaxed);
   }
 
+  /// True once close() was called. Thread-safe.
+  bool closed() const noexcept { return bounded() ? m_ring->closed() : m_list->closed(); }
+
   /// Closes the channel: every later push fails; consumers still get every element
-  /// pushed before, then nullopt/closed. Wakes every waiting consumer (nullopt: the
-  /// channel is empty whenever one waits) and every waiting producer (false: its
-  /// element was not pushed). Idempotent. Thread-safe.
+  /// pushed before, then nullopt/closed. Wakes every waiting producer (false: its
+  /// element was not pushed) and every waiting consumer (the elements still stored,
+  /// then nullopt). Idempotent. Thread-safe.
   void close() noexcept {
-    detail::waiter* consumers;
-    detail::waiter* producers;
-    {
-      std::lock_guard pull(m_pull_lock);  // the consumers' lock first, always
-      std::lock_guard push(m_push_lock);
-      if (m_closed) return;
-      m_closed = true;
-      consumers = m_consumers.take_all();  // m_value stays nullopt
-      producers = m_producers.take_all();  // m_ok stays false
-    }
-    detail::wake_chain(consumers);
-    detail::wake_chain(producers);
+    detail::deferred_wakes woken;  // destroyed after the lock guard: wakes after unlocking
+    std::lock_guard lock(m_lock);
+    if (bounded())
+      m_ring->close();
+    else
+      m_list->close();
+    serve(woken, nullptr);
   }
 
   // ---- push ----------------------------------------------------------------------
 
   /// Pushes `v` if there is room now: ok, full (bounded, `capacity` elements stored) or
-  /// closed. `v` is moved from only when the result is ok. Never blocks. Thread-safe.
-  /// Throws what allocating a segment or constructing T throws (nothing pushed).
+  /// closed. Never blocks. Thread-safe. `v` is moved from only when the result is ok,
+  /// unless T is built from an rvalue `v` by a constructor that may throw (then it is
+  /// built first, whatever the result: pass a T to keep it). Throws what building T or
+  /// (unbounded) allocating a block throws; then nothing was pushed.
   template <class U = T>
     requires std::constructible_from<T, U&&>
   channel_status try_push(U&& v) {
-    detail::waiter* woken = nullptr;
-    {
-      std::lock_guard lock(m_push_lock);
-      if (m_closed) [[unlikely]]
-        return channel_status::closed;
-      if (!m_consumers.empty()) [[unlikely]] {
-        auto* c = static_cast<pull_waiter*>(m_consumers.front());
-        c->m_value.emplace(std::forward<U>(v));
-        woken = m_consumers.pop_front();
-      } else if (has_room()) [[likely]] {
-        m_items.emplace_back(std::forward<U>(v));
-      } else {
-        return channel_status::full;
-      }
+    const store_status s = store_push(std::forward<U>(v));
+    if (s == store_status::ok) [[likely]] {
+      after_push();
+      return channel_status::ok;
     }
-    if (woken != nullptr) woken->wake();
-    return channel_status::ok;
+    return s == store_status::closed ? channel_status::closed : channel_status::full;
   }
 
   /// Awaiter of push(): `co_await ch.push(v)` evaluates to true once pushed, false if
@@ -166,15 +168,18 @@ class channel {
   class push_awaiter {
    public:
     /// Tries the push without waiting (as try_push): true (no suspension) unless the
-    /// channel is full. Throws what try_push throws (nothing pushed).
+    /// channel is full or producers are parked already (then it queues behind them).
+    /// Throws what try_push throws (nothing pushed).
     bool await_ready() {
+      if (m_ch->m_waiting_producers.load(std::memory_order_relaxed) != 0) [[unlikely]]
+        return false;
       const channel_status s = m_ch->try_push(std::move(m_value));
       m_node.m_ok = s == channel_status::ok;
       return s != channel_status::full;
     }
     /// Queues the awaiting coroutine `h` as a producer: true. False (resume at once) when
-    /// a consumer, room or close() came meanwhile and the push was settled here, or its
-    /// stop token is stopped. Throws what allocating a segment throws (nothing pushed).
+    /// room or close() came meanwhile and the push was settled here, or its stop token
+    /// is stopped.
     template <class Promise>
     bool await_suspend(std::coroutine_handle<Promise> h) {
       m_node.park(h);
@@ -214,9 +219,11 @@ class channel {
   template <class U = T>
     requires std::constructible_from<T, U&&>
   bool push_wait(U&& v) {
-    const channel_status s = try_push(std::forward<U>(v));  // moves from v only when ok
-    if (s != channel_status::full) return s == channel_status::ok;
     T value(std::forward<U>(v));
+    if (m_waiting_producers.load(std::memory_order_relaxed) == 0) {
+      const channel_status s = try_push(std::move(value));  // moves from value only when ok
+      if (s != channel_status::full) return s == channel_status::ok;
+    }
     detail::sync_signal signal;
     push_waiter node;
     node.park(signal);
@@ -226,24 +233,13 @@ class channel {
   }
 
   /// Pushes elements from [first, first + n) in order while there is room; returns how
-  /// many were pushed (fewer than n when the channel is full or closed). The producers'
-  /// lock is taken once for the whole batch. Never blocks. Thread-safe.
+  /// many were pushed (fewer than n when the channel is full or closed). Never blocks.
+  /// Thread-safe.
   template <std::input_iterator It>
   std::size_t try_push_n(It first, std::size_t n) {
-    detail::deferred_wakes woken;  // destroyed after the lock guard: wakes after unlocking
     std::size_t done = 0;
-    std::lock_guard lock(m_push_lock);
-    if (m_closed) return 0;
-    for (; done < n; ++done, ++first) {
-      if (!m_consumers.empty()) {
-        static_cast<pull_waiter*>(m_consumers.front())->m_value.emplace(*first);
-        woken.add(m_consumers.pop_front());
-      } else if (has_room()) {
-        m_items.emplace_back(*first);
-      } else {
-        break;
-      }
-    }
+    for (; done < n; ++done, ++first)
+      if (try_push(*first) != channel_status::ok) break;
     return done;
   }
 
@@ -273,15 +269,14 @@ class channel {
   // ---- pull ----------------------------------------------------------------------
 
   /// Pulls the oldest element into `out` if there is one: ok, empty (open, nothing
-  /// stored) or closed (closed and drained). Never blocks. Thread-safe.
+  /// stored) or closed (closed and drained). Never blocks. Thread-safe. If assigning
+  /// to `out` throws, the element goes back to the front of the channel (unless
+  /// memory runs out right then) and the exception propagates.
   channel_status try_pull(T& out) {
-    detail::waiter* woken = nullptr;
-    {
-      std::lock_guard lock(m_pull_lock);
-      if (m_items.empty()) return m_closed ? channel_status::closed : channel_status::empty;
-      woken = take_front_locked([&](T&& v) { out = std::move(v); });
-    }
-    if (woken != nullptr) woken->wake();
+    std::optional<T> got;
+    const store_status s = pull_any(got);
+    if (s != store_status::ok) return s == store_status::closed ? channel_status::closed : channel_status::empty;
+    deliver(out, std::move(*got));
     return channel_status::ok;
   }
 
@@ -291,7 +286,8 @@ class channel {
   class pull_awaiter {
    public:
     /// Takes the oldest element, or sees the end of a closed and drained channel, without
-    /// waiting: true (no suspension) unless the channel is empty and open.
+    /// waiting: true (no suspension) unless the channel is empty and open, or consumers
+    /// are parked already (then it queues behind them).
     bool await_ready() { return m_ch->pull_ready(m_node); }
     /// Queues the awaiting coroutine `h` as a consumer: true. False (resume at once) when
     /// an element or close() came meanwhile and was taken here, or its stop token is
@@ -335,27 +331,18 @@ class channel {
   }
 
   /// Pulls up to `max` elements, oldest first, to `out`; returns how many (0: empty or
-  /// closed; closed() tells which). The consumers' lock is taken once for the whole
-  /// batch (and the producers' lock too once a producer waits). Never blocks.
-  /// Thread-safe.
+  /// closed; closed() tells which). Never blocks. Thread-safe. If writing to `out`
+  /// throws, the element being written goes back to the front of the channel (unless
+  /// memory runs out right then) and the exception propagates.
   template <class OutIt>
     requires std::output_iterator<OutIt, T>
   std::size_t try_pull_n(OutIt out, std::size_t max) {
-    detail::deferred_wakes woken;  // destroyed after the lock guards: wakes after unlocking
     std::size_t done = 0;
-    std::lock_guard pull(m_pull_lock);
-    std::unique_lock push(m_push_lock, std::defer_lock);  // taken once a producer waits
-    for (; done < max && !m_items.empty(); ++done) {
-      const auto to_out = [&](T&& v) {
-        *out = std::move(v);
-        ++out;
-      };
-      if (m_producers.empty()) {
-        take_front(to_out);
-        continue;
-      }
-      if (!push.owns_lock()) push.lock();
-      if (detail::waiter* w = take_front_and_refill(to_out)) woken.add(w);
+    for (; done < max; ++done) {
+      std::optional<T> got;
+      if (pull_any(got) != store_status::ok) break;
+      deliver(*out, std::move(*got));
+      ++out;
     }
     return done;
   }
@@ -372,148 +359,211 @@ class channel {
     if (done != 0) co_return done;
     std::optional<T> first = co_await pull();
     if (!first) co_return 0;
-    *out = std::move(*first);
+    deliver(*out, std::move(*first));
     ++out;
     co_return 1 + try_pull_n(out, max - 1);
   }
 
  private:
-  /// True when the store has room for one more element. The producers' lock.
-  bool has_room() noexcept { return m_capacity == unbounded || !m_items.full(m_capacity); }
+  bool bounded() const noexcept { return m_capacity != unbounded; }
 
-  /// The consumers' lock held, the store not empty, no producer waiting (or the
-  /// producers' lock held too): hands the front element to `out` and pops it. If `out`
-  /// throws, nothing changed.
+  template <class U>
+  store_status store_push(U&& v) {
+    return bounded() ? m_ring->try_push(std::forward<U>(v)) : m_list->try_push(std::forward<U>(v));
+  }
   template <class Out>
-  void take_front(Out&& out) {
-    out(std::move(m_items.front()));
-    m_items.pop_front();
+  store_status store_pop(Out&& out) noexcept {
+    return bounded() ? m_ring->try_pop(std::forward<Out>(out)) : m_list->try_pop(std::forward<Out>(out));
   }
 
-  /// Both locks held, the store not empty: take_front, then, if a producer waits, its
-  /// element takes the freed place and the producer is returned, to be woken after
-  /// unlocking. If there is no memory for the producer's element, that producer simply
-  /// keeps waiting.
-  template <class Out>
-  detail::waiter* take_front_and_refill(Out&& out) {
-    take_front(out);
-    if (m_producers.empty()) [[likely]]
-      return nullptr;
-    auto* p = static_cast<push_waiter*>(m_producers.front());
+  /// After a push published its element: serve parked consumers, if any. The seq_cst
+  /// load pairs with the fence in publish_counts() (see the file comment).
+  void after_push() noexcept {
+    if (m_waiting_consumers.load(std::memory_order_seq_cst) != 0) [[unlikely]]
+      settle();
+  }
+  /// After a pull freed a slot of a bounded channel: serve parked producers, if any.
+  void after_pull() noexcept {
+    if (bounded() && m_waiting_producers.load(std::memory_order_seq_cst) != 0) [[unlikely]]
+      settle();
+  }
+  WEFT_NOINLINE void settle() noexcept {
+    detail::deferred_wakes woken;  // destroyed after the lock guard: wakes after unlocking
+    std::lock_guard lock(m_lock);
+    serve(woken, nullptr);
+  }
+
+  /// Takes the oldest element into `got`: a handed-back one first, else from the store.
+  store_status pull_any(std::optional<T>& got) {
+    if (m_returned_count.load(std::memory_order_relaxed) != 0) [[unlikely]] {
+      std::lock_guard lock(m_lock);
+      if (take_returned(got)) return store_status::ok;
+    }
+    const store_status s = store_pop([&](T&& v) noexcept { got.emplace(std::move(v)); });
+    if (s == store_status::ok) after_pull();
+    return s;
+  }
+
+  /// Writes `v` to `dst`; if that throws, `v` goes back to the front of the channel.
+  template <class Dst>
+  void deliver(Dst&& dst, T&& v) {
     try {
-      m_items.emplace_back(std::move(*p->m_value));  // nothrow move: only allocation can fail
+      std::forward<Dst>(dst) = std::move(v);
     } catch (...) {
-      return nullptr;
+      give_back(std::move(v));
+      throw;
     }
-    p->m_ok = true;
-    return m_producers.pop_front();
   }
-
-  /// The consumers' lock held, the store not empty: take_front, taking the producers'
-  /// lock too when a producer waits (take_front_and_refill).
-  template <class Out>
-  detail::waiter* take_front_locked(Out&& out) {
-    if (m_producers.empty()) [[likely]] {
-      take_front(out);
-      return nullptr;
-    }
-    std::lock_guard push(m_push_lock);
-    return take_front_and_refill(out);
+  void give_back(T&& v) {
+    detail::deferred_wakes woken;
+    std::lock_guard lock(m_lock);
+    auto* node = new returned{std::move(v), nullptr};  // may throw bad_alloc: then it is lost
+    (m_returned_last != nullptr ? m_returned_last->m_next : m_returned_first) = node;
+    m_returned_last = node;
+    m_returned_count.fetch_add(1, std::memory_order_relaxed);
+    serve(woken, nullptr);
+  }
+  /// The lock held: moves the oldest handed-back element into `got`, if any.
+  bool take_returned(std::optional<T>& got) noexcept {
+    returned* node = m_returned_first;
+    if (node == nullptr) return false;
+    got.emplace(std::move(node->m_value));
+    m_returned_first = node->m_next;
+    if (m_returned_first == nullptr) m_returned_last = nullptr;
+    delete node;
+    m_returned_count.fetch_sub(1, std::memory_order_relaxed);
+    return true;
   }
 
   /// await_ready of a pull: takes an element or the end of the channel, or says wait.
   bool pull_ready(pull_waiter& node) {
-    detail::waiter* woken = nullptr;
-    {
-      std::lock_guard lock(m_pull_lock);
-      if (m_items.empty()) [[unlikely]]
-        return m_closed;  // closed: node.m_value stays nullopt
-      woken = take_front_locked([&](T&& v) noexcept { node.m_value.emplace(std::move(v)); });
+    if (m_waiting_consumers.load(std::memory_order_relaxed) != 0) [[unlikely]]
+      return false;                                        // queue behind the parked consumers
+    return pull_any(node.m_value) != store_status::empty;  // closed: m_value stays nullopt
+  }
+
+  /// The lock held, after a FIFO changed: publishes the counts the lock-free paths read,
+  /// then fences, so that the store is read again only after they are visible.
+  void publish_counts() noexcept {
+    m_waiting_consumers.store(static_cast<std::uint32_t>(m_consumers.size()), std::memory_order_seq_cst);
+    m_waiting_producers.store(static_cast<std::uint32_t>(m_producers.size()), std::memory_order_seq_cst);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+  }
+
+  /// The lock held: settles parked parties, oldest first, while the store lets it:
+  /// elements (handed-back ones first) to consumers, then the end once it is closed and
+  /// drained; producers' elements into free slots, or false once it is closed. Collects
+  /// the settled nodes into `woken`, except `self` (a node being parked now: its caller
+  /// does not suspend).
+  void serve(detail::deferred_wakes& woken, detail::waiter* self) noexcept {
+    const auto hand = [&](detail::waiter* w) {
+      if (w != self) woken.add(w);
+    };
+    for (bool progress = true; progress;) {
+      progress = false;
+      while (!m_consumers.empty()) {
+        auto* c = static_cast<pull_waiter*>(m_consumers.front());
+        store_status s = store_status::ok;
+        if (!take_returned(c->m_value)) s = store_pop([&](T&& v) noexcept { c->m_value.emplace(std::move(v)); });
+        if (s == store_status::ok) {
+          hand(m_consumers.pop_front());
+          progress = true;
+        } else {
+          if (s == store_status::closed) {  // closed and drained: the end for every one
+            for (detail::waiter* w = m_consumers.take_all(); w != nullptr;) {
+              detail::waiter* next = w->m_next;  // read first: hand() relinks w
+              hand(w);
+              w = next;
+            }
+          }
+          break;
+        }
+      }
+      while (!m_producers.empty()) {
+        auto* p = static_cast<push_waiter*>(m_producers.front());
+        const store_status s = store_push(std::move(*p->m_value));  // T&&: never throws
+        if (s == store_status::ok) {
+          p->m_ok = true;
+          hand(m_producers.pop_front());
+          progress = true;
+        } else {
+          if (s == store_status::closed) {  // m_ok stays false: never pushed
+            for (detail::waiter* w = m_producers.take_all(); w != nullptr;) {
+              detail::waiter* next = w->m_next;
+              hand(w);
+              w = next;
+            }
+          }
+          break;
+        }
+      }
     }
-    if (woken != nullptr) [[unlikely]]
-      woken->wake();
-    return true;
+    publish_counts();
   }
 
   /// Parks a consumer unless something arrived meanwhile: true when it must wait.
   bool park_consumer(pull_waiter& node) {
-    detail::waiter* woken = nullptr;
-    {
-      std::lock_guard pull(m_pull_lock);
-      if (!node.begin_park()) return false;  // stopped first: m_value stays empty
-      const auto to_node = [&](T&& v) noexcept { node.m_value.emplace(std::move(v)); };
-      if (!m_items.empty()) {
-        woken = take_front_locked(to_node);
-      } else {
-        // Pushes hand elements to waiting consumers under the producers' lock: checked
-        // again under it, the store stays empty until this consumer is queued.
-        std::lock_guard push(m_push_lock);
-        if (m_items.empty()) {
-          if (m_closed) return false;
-          m_consumers.push_back(&node);
-          return true;
-        }
-        woken = take_front_and_refill(to_node);
-      }
-    }
-    if (woken != nullptr) woken->wake();
-    return false;
+    detail::deferred_wakes woken;  // destroyed after the lock guard: wakes after unlocking
+    std::lock_guard lock(m_lock);
+    if (!node.begin_park()) return false;  // stopped first: m_value stays empty
+    m_consumers.push_back(&node);
+    publish_counts();
+    serve(woken, &node);
+    return node.m_state == detail::wait_state::queued;
   }
 
-  /// Pushes `value` for a producer that found the channel full, or parks it if it
-  /// still is: true when it must wait (node.m_ok is set otherwise).
+  /// Parks a producer (its element in `value`) unless room or close() came meanwhile:
+  /// true when it must wait (node.m_ok is set otherwise).
   bool park_producer(push_waiter& node, T& value) {
-    detail::waiter* woken = nullptr;
-    {
-      // Both locks: the waiting producers' list is the consumers', and with both held
-      // no pull can free a place between the check and the queueing.
-      std::lock_guard pull(m_pull_lock);
-      std::lock_guard push(m_push_lock);
-      if (!node.begin_park() || m_closed) {  // stopped first, or closed: not pushed
-        node.m_ok = false;
-        return false;
-      }
-      if (!m_consumers.empty()) {  // a consumer came and went between the two locks
-        static_cast<pull_waiter*>(m_consumers.front())->m_value.emplace(std::move(value));
-        woken = m_consumers.pop_front();
-      } else if (has_room()) {
-        m_items.emplace_back(std::move(value));
-      } else {
-        node.m_value = &value;
-        m_producers.push_back(&node);
-        return true;
-      }
-      node.m_ok = true;
+    detail::deferred_wakes woken;
+    std::lock_guard lock(m_lock);
+    if (!node.begin_park()) {  // stopped first: not pushed
+      node.m_ok = false;
+      return false;
     }
-    if (woken != nullptr) woken->wake();
-    return false;
+    node.m_ok = false;
+    node.m_value = &value;
+    m_producers.push_back(&node);
+    publish_counts();
+    serve(woken, &node);
+    return node.m_state == detail::wait_state::queued;
   }
 
-  /// The stop callbacks' steps (detail/waiter.hpp), under both locks: that covers
-  /// every path that settles or queues a waiter, whichever lock guards its list.
+  /// The stop callbacks' steps (detail/waiter.hpp), under the lock that guards both
+  /// FIFOs.
   static bool cancel_pull(void* self, detail::waiter& node) noexcept {
     auto* ch = static_cast<channel*>(self);
-    std::lock_guard pull(ch->m_pull_lock);
-    std::lock_guard push(ch->m_push_lock);
-    return ch->m_consumers.cancel(node);
+    std::lock_guard lock(ch->m_lock);
+    const bool unlinked = ch->m_consumers.cancel(node);
+    ch->publish_counts();
+    return unlinked;
   }
   static bool cancel_push(void* self, detail::waiter& node) noexcept {
     auto* ch = static_cast<channel*>(self);
-    std::lock_guard pull(ch->m_pull_lock);
-    std::lock_guard push(ch->m_push_lock);
-    return ch->m_producers.cancel(node);
+    std::lock_guard lock(ch->m_lock);
+    const bool unlinked = ch->m_producers.cancel(node);
+    ch->publish_counts();
+    return unlinked;
   }
 
-  // The consumers' side: its lock and what only it guards (the store's pull end has
-  // cache lines of its own inside m_items).
-  alignas(64) mutable detail::spin_lock m_pull_lock;
-  detail::waiter_list m_producers;  // push_waiter, only while the store is full
-  // The producers' side.
-  alignas(64) mutable detail::spin_lock m_push_lock;
-  bool m_closed = false;  // written holding both locks, read holding either
   const std::size_t m_capacity;
-  detail::waiter_list m_consumers;  // pull_waiter, only while the store is empty
-  detail::segment_queue<T> m_items;
+  std::optional<detail::mpmc_ring<T>> m_ring;  // bounded
+  std::optional<detail::mpmc_list<T>> m_list;  // unbounded
+  // Read by every operation, written only when parties park or leave: a line of their own.
+  alignas(64) std::atomic<std::uint32_t> m_waiting_consumers{0};
+  std::atomic<std::uint32_t> m_waiting_producers{0};
+  std::atomic<std::size_t> m_returned_count{0};
+  // The slow side.
+  alignas(64) detail::spin_lock m_lock;
+  detail::waiter_list m_consumers;  // pull_waiter
+  detail::waiter_list m_producers;  // push_waiter
+  // Elements handed back by a pull whose output threw (rare), oldest first.
+  struct returned {
+    T m_value;
+    returned* m_next;
+  };
+  returned* m_returned_first = nullptr;
+  returned* m_returned_last = nullptr;
 };
 
 }  // namespace weft

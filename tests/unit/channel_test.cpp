@@ -152,6 +152,51 @@ TEST_CASE("channel: capacity 0 is an error with a message", "[channel]") {
   CHECK_THROWS_WITH(weft::channel<int>{0}, Catch::Contains("capacity"));
 }
 
+TEST_CASE("channel: a bounded capacity above max_bounded_capacity is an error with a message", "[channel]") {
+  no_failures_at_exit guard;
+  using ch_t = weft::channel<int>;
+  CHECK_THROWS_AS(ch_t{ch_t::max_bounded_capacity + 1}, std::invalid_argument);
+  CHECK_THROWS_WITH(ch_t{ch_t::max_bounded_capacity + 1}, Catch::Contains("unbounded"));
+  CHECK_THROWS_AS(ch_t{ch_t::unbounded - 1}, std::invalid_argument);
+  ch_t largest_small{1u << 16};  // a bounded channel allocates its slots up front
+  CHECK(largest_small.capacity() == 1u << 16);
+}
+
+namespace {
+// A value whose move assignment throws while `fail` is set (its move construction never
+// does, as a channel element's must not).
+struct touchy {
+  int value = 0;
+  static inline bool fail = false;
+  touchy() = default;
+  explicit touchy(int v) noexcept : value(v) {}
+  touchy(touchy&& o) noexcept : value(o.value) {}
+  touchy& operator=(touchy&& o) {
+    if (fail) throw std::runtime_error("touchy: assignment refused");
+    value = o.value;
+    return *this;
+  }
+};
+}  // namespace
+
+TEST_CASE("channel: a pull whose assignment throws puts the element back at the front", "[channel]") {
+  no_failures_at_exit guard;
+  for (const std::size_t capacity : {std::size_t{4}, weft::channel<touchy>::unbounded}) {
+    weft::channel<touchy> ch{capacity};
+    for (int i = 1; i <= 3; ++i) REQUIRE(ch.try_push(touchy{i}) == channel_status::ok);
+    touchy out;
+    touchy::fail = true;
+    CHECK_THROWS_AS(ch.try_pull(out), std::runtime_error);
+    touchy::fail = false;
+    CHECK(ch.size() == 3);  // nothing lost
+    for (int i = 1; i <= 3; ++i) {
+      REQUIRE(ch.try_pull(out) == channel_status::ok);
+      CHECK(out.value == i);  // the one handed back first, then the rest in order
+    }
+    CHECK(ch.try_pull(out) == channel_status::empty);
+  }
+}
+
 TEST_CASE("channel: a failed push leaves a move-only element with the caller", "[channel]") {
   no_failures_at_exit guard;
   weft::channel<std::unique_ptr<int>> ch{1};
@@ -417,10 +462,10 @@ TEST_CASE("channel: works on an executor that is not a thread_pool", "[channel]"
   CHECK(wrong.load() == 0);
 }
 
-TEST_CASE("channel: a long backlog grows into large segments and drains in order", "[channel]") {
+TEST_CASE("channel: a long backlog grows into many blocks and drains in order", "[channel]") {
   no_failures_at_exit guard;
   weft::channel<std::uint64_t> ch;
-  constexpr std::uint64_t k_n = 3'000'000;   // 24 MB: several 2 MiB segments
+  constexpr std::uint64_t k_n = 3'000'000;   // 24 MB: blocks cut from several 2 MiB chunks
   for (int round = 0; round < 2; ++round) {  // the second round reuses nothing it freed
     bool pushed = true;
     for (std::uint64_t i = 0; i < k_n; ++i) pushed &= ch.try_push(i) == channel_status::ok;
