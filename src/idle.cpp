@@ -11,9 +11,16 @@
 //   request or search).
 // * Work posted from outside goes into an inbox with a seq_cst increment of its size,
 //   then notify_external() reads m_idle (seq_cst); a parking worker registers in m_idle
-//   (seq_cst) and then re-reads every inbox size and deque word (seq_cst). In the single
+//   (seq_cst) and then re-reads the inbox sizes and deque words (seq_cst). In the single
 //   total order one of the two sees the other, so an external post never sleeps
 //   unnoticed.
+// * Which inboxes and deques the parker re-reads: those whose bit is set in m_work_bits.
+//   Whoever publishes work (share(), an inbox push) sets the worker's bit (seq_cst, after
+//   publishing, before reading m_idle); only the parkers' scan clears a bit, and only
+//   when that worker shows no work, and then it looks once more (clear, then re-read:
+//   work published meanwhile is either seen or sets the bit again). So a worker with
+//   work has its bit set, or its publisher has yet to read m_idle, and the scan costs
+//   O(workers / 64) words plus the workers marked.
 // * A waker takes a parked worker off the list, moves it from "parked" to "searching"
 //   in one atomic step, sets its futex word and wakes it. A searcher that finds work
 //   stops searching; if it was the last searcher and workers are parked, it wakes one
@@ -29,6 +36,7 @@
 //   completion) end the wait too: then it takes itself off the parked list (unpark())
 //   before it runs anything, so a parked worker still never takes or makes work.
 #include <algorithm>
+#include <bit>
 #include <climits>
 #include <thread>
 
@@ -54,10 +62,38 @@ void worker::wake_up() noexcept {
   }
 }
 
-bool pool_impl::any_work_seq_cst() const noexcept {
-  for (const auto& w : m_workers)
-    for (unsigned p = 0; p < w->m_prios; ++p)
-      if (w->m_deques[p].stealable_seq_cst() || !w->m_inbox.empty(p, std::memory_order_seq_cst)) return true;
+namespace {
+bool has_work_seq_cst(const worker& w) noexcept {
+  for (unsigned p = 0; p < w.m_prios; ++p)
+    if (w.m_deques[p].stealable_seq_cst() || !w.m_inbox.empty(p, std::memory_order_seq_cst)) return true;
+  return false;
+}
+}  // namespace
+
+void pool_impl::mark_work(unsigned index) noexcept {
+  std::atomic<std::uint64_t>& word = m_work_bits[index / 64];
+  const std::uint64_t bit = std::uint64_t{1} << (index % 64);
+  // Test first: a busy pool keeps its bits set, and the word's line then stays shared.
+  if ((word.load(std::memory_order_seq_cst) & bit) == 0) word.fetch_or(bit, std::memory_order_seq_cst);
+}
+
+bool pool_impl::any_work_seq_cst() noexcept {
+  for (std::size_t i = 0; i < m_work_words; ++i) {
+    std::uint64_t bits = m_work_bits[i].load(std::memory_order_seq_cst);
+    while (bits != 0) {
+      const unsigned b = static_cast<unsigned>(std::countr_zero(bits));
+      bits &= bits - 1;
+      const worker& w = *m_workers[i * 64 + b];
+      if (has_work_seq_cst(w)) return true;
+      // Stale: clear it, then look again, so that work published meanwhile is either
+      // seen here or sets the bit again after the clear.
+      m_work_bits[i].fetch_and(~(std::uint64_t{1} << b), std::memory_order_seq_cst);
+      if (has_work_seq_cst(w)) {
+        m_work_bits[i].fetch_or(std::uint64_t{1} << b, std::memory_order_seq_cst);
+        return true;
+      }
+    }
+  }
   return false;
 }
 

@@ -24,6 +24,9 @@ pool_impl::pool_impl(thread_pool& owner, const pool_options& opts, std::span<wor
                                 " (got " + std::to_string(opts.spins) + ")");
   m_workers.reserve(opts.threads);
   for (unsigned i = 0; i < opts.threads; ++i) m_workers.push_back(std::make_unique<worker>(*this, i, opts.priorities));
+  m_work_words = (m_workers.size() + 63) / 64;
+  m_work_bits = std::make_unique<std::atomic<std::uint64_t>[]>(m_work_words);
+  for (std::size_t i = 0; i < m_work_words; ++i) m_work_bits[i].store(0, std::memory_order_relaxed);
   if (!reactors.empty()) {
     if (reactors.size() != opts.threads)
       throw std::invalid_argument("weft::thread_pool: one reactor per worker is needed");
@@ -70,6 +73,7 @@ void pool_impl::schedule(void* item, unsigned prio) {
       worker* w = m_sleeping.back();
       m_sleeping.pop_back();
       w->m_inbox.push(prio, item);
+      mark_work(w->m_index);
       m_idle.fetch_add(k_searching_one - 1, std::memory_order_seq_cst);
       w->m_futex.store(1, std::memory_order_release);
       w->wake_up();
@@ -78,6 +82,7 @@ void pool_impl::schedule(void* item, unsigned prio) {
   }
   const unsigned i = m_next_inbox.fetch_add(1, std::memory_order_relaxed) % m_workers.size();
   m_workers[i]->m_inbox.push(prio, item);
+  mark_work(i);
   notify_external();
   if (prio + 1 < m_opts.priorities) announce_urgent(prio);
 }
@@ -128,7 +133,10 @@ void thread_pool::before_blocking() noexcept {
   if (detail::worker* w = m_impl->current_worker()) {
     bool shared = false;
     for (unsigned p = 0; p < w->m_prios; ++p) shared |= w->m_deques[p].share_all();
-    if (shared) m_impl->wake_one();
+    if (shared) {
+      m_impl->mark_work(w->m_index);
+      m_impl->wake_one();
+    }
   }
 }
 

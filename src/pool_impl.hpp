@@ -103,8 +103,9 @@ class pool_impl {
   void wake_one() noexcept;            // wake a parked worker as a searcher, if any
   void wake_if_unsearched() noexcept;  // wake_one() if some worker is parked and none searching (seq_cst read)
   void notify_external() noexcept;     // after an inbox push: make sure someone looks
-  bool any_work_seq_cst() const noexcept;
+  bool any_work_seq_cst() noexcept;
   void leave_searching(worker& w) noexcept;
+  void mark_work(unsigned index) noexcept;  // after publishing work in worker index's deque or inbox
 
   thread_pool& m_owner;
   pool_options m_opts;
@@ -120,6 +121,10 @@ class pool_impl {
   // task they queue can finish, and its owner destroy the pool, before they return).
   std::atomic<std::uint32_t> m_schedulers{0};
   std::atomic<unsigned> m_next_inbox{0};
+  // Workers that may have shared or posted work, a bit each (idle.cpp): a parking
+  // worker looks only at those, in O(workers / 64) words.
+  std::size_t m_work_words = 0;
+  std::unique_ptr<std::atomic<std::uint64_t>[]> m_work_bits;
 };
 
 // topology.cpp

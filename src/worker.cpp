@@ -193,14 +193,17 @@ void lower_inline_limit(worker_context& w, unsigned limit) noexcept {
 void on_work_available(worker_context& ctx, split_deque& d, bool plain) noexcept {
   auto& w = static_cast<worker&>(ctx);
   if (!d.share(!plain)) return;
-  // The seq_cst read of the idle word, after share()'s seq_cst CAS, pairs with a parking
-  // worker's registration and re-check in park() (one of the two sees the other).
+  w.m_pool.mark_work(w.m_index);
+  // The seq_cst read of the idle word, after share()'s seq_cst CAS and mark_work(), pairs
+  // with a parking worker's registration and re-check in park() (one of the two sees
+  // the other).
   w.m_pool.wake_if_unsearched();
 }
 
 void push_overflow(worker_context& ctx, unsigned prio, void* item) {
   auto& w = static_cast<worker&>(ctx);
   w.m_inbox.push(prio, item);
+  w.m_pool.mark_work(w.m_index);
   w.m_pool.notify_external();
 }
 
