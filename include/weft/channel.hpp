@@ -367,9 +367,16 @@ class channel {
  private:
   bool bounded() const noexcept { return m_capacity != unbounded; }
 
+  /// Pushes into the store. When building T from `v` may throw, a T is built first,
+  /// before anything is claimed (so an rvalue `v` is used whatever the result).
   template <class U>
   store_status store_push(U&& v) {
-    return bounded() ? m_ring->try_push(std::forward<U>(v)) : m_list->try_push(std::forward<U>(v));
+    if constexpr (std::is_nothrow_constructible_v<T, U&&>) {
+      return bounded() ? m_ring->try_push(std::forward<U>(v)) : m_list->try_push(std::forward<U>(v));
+    } else {
+      T value(std::forward<U>(v));
+      return store_push(std::move(value));
+    }
   }
   template <class Out>
   store_status store_pop(Out&& out) noexcept {
@@ -459,6 +466,13 @@ class channel {
     const auto hand = [&](detail::waiter* w) {
       if (w != self) woken.add(w);
     };
+    const auto hand_all = [&](detail::waiter_list& list) {
+      for (detail::waiter* w = list.take_all(); w != nullptr;) {
+        detail::waiter* next = w->m_next;  // read first: hand() relinks w
+        hand(w);
+        w = next;
+      }
+    };
     for (bool progress = true; progress;) {
       progress = false;
       while (!m_consumers.empty()) {
@@ -469,13 +483,7 @@ class channel {
           hand(m_consumers.pop_front());
           progress = true;
         } else {
-          if (s == store_status::closed) {  // closed and drained: the end for every one
-            for (detail::waiter* w = m_consumers.take_all(); w != nullptr;) {
-              detail::waiter* next = w->m_next;  // read first: hand() relinks w
-              hand(w);
-              w = next;
-            }
-          }
+          if (s == store_status::closed) hand_all(m_consumers);  // closed and drained: the end for all
           break;
         }
       }
@@ -487,13 +495,7 @@ class channel {
           hand(m_producers.pop_front());
           progress = true;
         } else {
-          if (s == store_status::closed) {  // m_ok stays false: never pushed
-            for (detail::waiter* w = m_producers.take_all(); w != nullptr;) {
-              detail::waiter* next = w->m_next;
-              hand(w);
-              w = next;
-            }
-          }
+          if (s == store_status::closed) hand_all(m_producers);  // m_ok stays false: never pushed
           break;
         }
       }

@@ -108,17 +108,45 @@ class mpmc_list {
     if (m_cutting != nullptr) drop(m_cutting);
   }
 
-  /// Pushes T(std::forward<U>(v)): ok or closed. Never blocks. Thread-safe. Throws
-  /// std::bad_alloc when a block cannot be allocated, and what building T throws; then
-  /// nothing was pushed. When building T from `v` may throw, it is built first and moved
-  /// in: then an rvalue `v` is used even when the channel turns out closed.
+  /// Pushes T(std::forward<U>(v)): ok or closed; `v` is used only when the result is
+  /// ok. Never blocks. Thread-safe. Throws std::bad_alloc when a block cannot be
+  /// allocated; then nothing was pushed. Building T must not throw (weft::channel
+  /// builds a T first when it could).
   template <class U>
+    requires std::is_nothrow_constructible_v<T, U&&>
   store_status try_push(U&& v) {
-    if constexpr (std::is_nothrow_constructible_v<T, U&&>) {
-      return push_built(std::forward<U>(v));
-    } else {
-      T value(std::forward<U>(v));
-      return push_built(std::move(value));
+    std::uint64_t tail = m_tail.load(std::memory_order_acquire);
+    block* b = m_tail_block.load(std::memory_order_acquire);
+    block* fresh = nullptr;  // the next block, when this push may take the last slot
+    for (unsigned spins = 0, losses = 0;; ++spins) {
+      if ((tail & k_closed) != 0) [[unlikely]] {
+        release(fresh);
+        return store_status::closed;
+      }
+      const std::uint64_t offset = (tail >> k_shift) % k_lap;
+      if (offset == k_block_cap) {  // another push is linking the next block
+        backoff(spins);
+        tail = m_tail.load(std::memory_order_acquire);
+        b = m_tail_block.load(std::memory_order_acquire);
+        continue;
+      }
+      if (offset + 1 == k_block_cap && fresh == nullptr) [[unlikely]]
+        fresh = acquire_block();  // may throw: nothing claimed yet
+      if (m_tail.compare_exchange_weak(tail, tail + (1 << k_shift), std::memory_order_seq_cst,
+                                       std::memory_order_acquire)) {
+        if (offset + 1 == k_block_cap) {
+          m_tail_block.store(fresh, std::memory_order_release);
+          m_tail.fetch_add(1 << k_shift, std::memory_order_release);  // past the sentinel
+          b->m_next.store(fresh, std::memory_order_release);
+          fresh = nullptr;
+        }
+        ::new (b->raw(offset)) T(std::forward<U>(v));
+        b->m_state[offset].store(k_written, std::memory_order_release);
+        release(fresh);
+        return store_status::ok;
+      }
+      cas_backoff(losses);
+      b = m_tail_block.load(std::memory_order_acquire);
     }
   }
 
@@ -191,43 +219,6 @@ class mpmc_list {
       cpu_relax();
     else
       std::this_thread::yield();
-  }
-
-  template <class U>
-  store_status push_built(U&& v) {
-    std::uint64_t tail = m_tail.load(std::memory_order_acquire);
-    block* b = m_tail_block.load(std::memory_order_acquire);
-    block* fresh = nullptr;  // the next block, when this push may take the last slot
-    for (unsigned spins = 0, losses = 0;; ++spins) {
-      if ((tail & k_closed) != 0) [[unlikely]] {
-        release(fresh);
-        return store_status::closed;
-      }
-      const std::uint64_t offset = (tail >> k_shift) % k_lap;
-      if (offset == k_block_cap) {  // another push is linking the next block
-        backoff(spins);
-        tail = m_tail.load(std::memory_order_acquire);
-        b = m_tail_block.load(std::memory_order_acquire);
-        continue;
-      }
-      if (offset + 1 == k_block_cap && fresh == nullptr) [[unlikely]]
-        fresh = acquire_block();  // may throw: nothing claimed yet
-      if (m_tail.compare_exchange_weak(tail, tail + (1 << k_shift), std::memory_order_seq_cst,
-                                       std::memory_order_acquire)) {
-        if (offset + 1 == k_block_cap) {
-          m_tail_block.store(fresh, std::memory_order_release);
-          m_tail.fetch_add(1 << k_shift, std::memory_order_release);  // past the sentinel
-          b->m_next.store(fresh, std::memory_order_release);
-          fresh = nullptr;
-        }
-        ::new (b->raw(offset)) T(std::forward<U>(v));
-        b->m_state[offset].store(k_written, std::memory_order_release);
-        release(fresh);
-        return store_status::ok;
-      }
-      cas_backoff(losses);
-      b = m_tail_block.load(std::memory_order_acquire);
-    }
   }
 
   static block* wait_next(block& b) noexcept {

@@ -83,17 +83,31 @@ class mpmc_ring {
     }
   }
 
-  /// Pushes T(std::forward<U>(v)) if a slot is free: ok, full or closed. Never blocks.
-  /// Thread-safe. When building T from `v` may throw, it is built first (throwing before
-  /// anything is claimed) and moved in: then an rvalue `v` is used even when the
-  /// result is not ok; otherwise `v` is used only when it is ok.
+  /// Pushes T(std::forward<U>(v)) if a slot is free: ok, full or closed; `v` is used
+  /// only when the result is ok. Never blocks. Thread-safe. Building T must not throw
+  /// (weft::channel builds a T first when it could).
   template <class U>
-  store_status try_push(U&& v) {
-    if constexpr (std::is_nothrow_constructible_v<T, U&&>) {
-      return push_nothrow(std::forward<U>(v));
-    } else {
-      T value(std::forward<U>(v));
-      return push_nothrow(std::move(value));
+    requires std::is_nothrow_constructible_v<T, U&&>
+  store_status try_push(U&& v) noexcept {
+    std::uint64_t tail = m_tail.load(std::memory_order_relaxed);
+    for (unsigned losses = 0;;) {
+      if ((tail & m_mark) != 0) [[unlikely]]
+        return store_status::closed;
+      slot& s = m_slots[tail & (m_mark - 1)];
+      const std::uint64_t stamp = s.m_stamp.load(std::memory_order_acquire);
+      if (stamp == tail) {  // free at this lap
+        if (m_tail.compare_exchange_weak(tail, next(tail), std::memory_order_seq_cst, std::memory_order_relaxed)) {
+          ::new (static_cast<void*>(s.m_storage)) T(std::forward<U>(v));
+          s.m_stamp.store(tail + 1, std::memory_order_seq_cst);
+          return store_status::ok;
+        }
+        cas_backoff(losses);
+        continue;  // `tail` holds the new value
+      }
+      // The element of the previous lap is still there (or being read): full.
+      if (stamp + m_one_lap == tail + 1) return store_status::full;
+      // Another push took this slot meanwhile: try the next.
+      tail = m_tail.load(std::memory_order_relaxed);
     }
   }
 
@@ -140,30 +154,6 @@ class mpmc_ring {
   }
 
  private:
-  template <class U>
-  store_status push_nothrow(U&& v) noexcept {
-    std::uint64_t tail = m_tail.load(std::memory_order_relaxed);
-    for (unsigned losses = 0;;) {
-      if ((tail & m_mark) != 0) [[unlikely]]
-        return store_status::closed;
-      slot& s = m_slots[tail & (m_mark - 1)];
-      const std::uint64_t stamp = s.m_stamp.load(std::memory_order_acquire);
-      if (stamp == tail) {  // free at this lap
-        if (m_tail.compare_exchange_weak(tail, next(tail), std::memory_order_seq_cst, std::memory_order_relaxed)) {
-          ::new (static_cast<void*>(s.m_storage)) T(std::forward<U>(v));
-          s.m_stamp.store(tail + 1, std::memory_order_seq_cst);
-          return store_status::ok;
-        }
-        cas_backoff(losses);
-        continue;  // `tail` holds the new value
-      }
-      // The element of the previous lap is still there (or being read): full.
-      if (stamp + m_one_lap == tail + 1) return store_status::full;
-      // Another push took this slot meanwhile: try the next.
-      tail = m_tail.load(std::memory_order_relaxed);
-    }
-  }
-
   /// The stamp after `s`: the next index, or index 0 of the next lap.
   std::uint64_t next(std::uint64_t s) const noexcept {
     const std::uint64_t index = s & (m_mark - 1);
