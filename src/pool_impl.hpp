@@ -56,7 +56,7 @@ struct alignas(k_cache_line) worker : worker_context {
 
   void run();                                        // the loop (worker.cpp)
   void* find_work() noexcept;                        // highest priority first (worker.cpp)
-  void* search() noexcept;                           // steal while searching (stealing.cpp)
+  void* search(bool& ran_io) noexcept;               // steal while searching (stealing.cpp)
   void* steal_at(unsigned prio, bool ask) noexcept;  // one sweep over the victims (stealing.cpp)
   bool park() noexcept;                              // true when the pool is finished (idle.cpp)
   void wake_up() noexcept;                           // after m_futex = 1: end its wait (idle.cpp)

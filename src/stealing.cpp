@@ -67,7 +67,8 @@ void* worker::steal_at(unsigned prio, bool ask) noexcept {
   return nullptr;
 }
 
-void* worker::search() noexcept {
+void* worker::search(bool& ran_io) noexcept {
+  ran_io = false;
   // Become a searcher (a woken worker was already counted as one by its waker), unless
   // m_max_searchers are looking already: then park at once. They find what there is to
   // find, and a searcher that takes work while workers are parked wakes one (idle.cpp),
@@ -91,6 +92,13 @@ void* worker::search() noexcept {
         m_pool.leave_searching(*this);
         return item;
       }
+    }
+    // An I/O worker's completions are its work too: it looks for them after every sweep,
+    // not only once the search is over (so a reply is not held back by the spinning).
+    if (m_reactor != nullptr && m_reactor->poll()) {
+      m_pool.leave_searching(*this);
+      ran_io = true;
+      return nullptr;
     }
     for (int i = 0; i < 32; ++i) cpu_relax();
   }

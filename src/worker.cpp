@@ -108,10 +108,13 @@ void worker::run() {
         if (item == nullptr) continue;
       }
     }
-    if (item != nullptr)
+    if (item != nullptr) {
       m_pool.leave_searching(*this);  // a woken worker may have found it here
-    else
-      item = search();
+    } else {
+      bool ran_io = false;
+      item = search(ran_io);
+      if (ran_io) continue;  // it resumed tasks of completed I/O: back to the queues
+    }
     if (item == nullptr) {
       if (park()) break;
       continue;
