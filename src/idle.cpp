@@ -2,13 +2,20 @@
 //
 // The pool's idle word m_idle counts parked workers (low half) and searching workers
 // (high half). Protocol:
-// * A worker about to park raises the share request of every other deque. The next
-//   push there shares half of the pusher's private work and, when some worker is
-//   parked and nobody is searching, wakes one (a searcher would find the work anyway).
-//   The push path itself reads only the request flag of its own deque. If a request
-//   races with the owner clearing it, no work is lost: the work is in the pusher's own
-//   deque and the pusher runs it itself (only parallelism is lost, until a later
-//   request or search).
+// * A worker about to park, once registered, makes sure every worker's share requests
+//   are raised. The next push there shares half of the pusher's private work and, when
+//   some worker is parked and nobody is searching, wakes one (a searcher would find the
+//   work anyway). The push path itself reads only the request flag of its own deque.
+//   Requests stay raised until answered, so the parker raises only those answered since
+//   the last park: an owner that clears its requests (share(), share_all()) sets its bit
+//   in m_unasked_bits afterwards (seq_cst fence, then bit test, then fetch_or if clear),
+//   and the parker takes the set bits (exchange, seq_cst fence) and raises those
+//   workers' requests. Either the parker takes the bit after the clearing, and its
+//   requests land after it, or it took the bits before the owner's fetch_or, and the
+//   owner's later seq_cst read of m_idle (on_work_available) sees the parker registered
+//   and wakes one. Cost per park: O(workers / 64) words plus the workers that answered.
+//   If a request is lost anyway, no work is: it is in the pusher's own deque and the
+//   pusher runs it itself (only parallelism is lost, until a later request or search).
 // * Work posted from outside goes into an inbox with a seq_cst increment of its size,
 //   then notify_external() reads m_idle (seq_cst); a parking worker registers in m_idle
 //   (seq_cst) and then re-reads the inbox sizes and deque words (seq_cst). In the single
@@ -97,6 +104,30 @@ bool pool_impl::any_work_seq_cst() noexcept {
   return false;
 }
 
+void pool_impl::mark_unasked(unsigned index) noexcept {
+  std::atomic<std::uint64_t>& word = m_unasked_bits[index / 64];
+  const std::uint64_t bit = std::uint64_t{1} << (index % 64);
+  // The fence puts the caller's clearing of its requests before this look at the bit in
+  // the total order: a bit still set then belongs to no parker yet, and the parker that
+  // takes it raises the requests after the clearing (its own fence, ask_to_share()).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if ((word.load(std::memory_order_seq_cst) & bit) == 0) word.fetch_or(bit, std::memory_order_seq_cst);
+}
+
+void pool_impl::ask_to_share() noexcept {
+  for (std::size_t i = 0; i < m_work_words; ++i) {
+    if (m_unasked_bits[i].load(std::memory_order_seq_cst) == 0) continue;
+    std::uint64_t bits = m_unasked_bits[i].exchange(0, std::memory_order_seq_cst);
+    std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with mark_unasked()'s
+    while (bits != 0) {
+      const unsigned b = static_cast<unsigned>(std::countr_zero(bits));
+      bits &= bits - 1;
+      worker& w = *m_workers[i * 64 + b];
+      for (unsigned p = 0; p < w.m_prios; ++p) w.m_deques[p].request_share();
+    }
+  }
+}
+
 void pool_impl::wake_one() noexcept {
   std::lock_guard lock(m_idle_mutex);
   if (m_sleeping.empty()) return;
@@ -141,11 +172,10 @@ bool worker::park() noexcept {
     pool.m_sleeping.push_back(this);
     pool.m_idle.fetch_add(1, std::memory_order_seq_cst);
   }
-  // Ask every other worker to share its private work at its next push: that push then
-  // sees this worker parked (on_work_available) and wakes it.
-  for (const auto& other : pool.m_workers)
-    if (other.get() != this)
-      for (unsigned p = 0; p < other->m_prios; ++p) other->m_deques[p].request_share();
+  // Ask the workers to share their private work at their next push: that push then sees
+  // this worker parked (on_work_available) and wakes it. Only those that answered since
+  // the last park need asking; the others' requests are still raised.
+  pool.ask_to_share();
   if (pool.any_work_seq_cst() && unpark()) return false;
   // Else: a waker may have taken us off the list already; its wake-up is consumed below.
   if (m_reactor != nullptr) {

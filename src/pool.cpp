@@ -26,7 +26,14 @@ pool_impl::pool_impl(thread_pool& owner, const pool_options& opts, std::span<wor
   for (unsigned i = 0; i < opts.threads; ++i) m_workers.push_back(std::make_unique<worker>(*this, i, opts.priorities));
   m_work_words = (m_workers.size() + 63) / 64;
   m_work_bits = std::make_unique<std::atomic<std::uint64_t>[]>(m_work_words);
-  for (std::size_t i = 0; i < m_work_words; ++i) m_work_bits[i].store(0, std::memory_order_relaxed);
+  m_unasked_bits = std::make_unique<std::atomic<std::uint64_t>[]>(m_work_words);
+  for (std::size_t i = 0; i < m_work_words; ++i) {
+    m_work_bits[i].store(0, std::memory_order_relaxed);
+    // No worker has been asked yet: every bit set (the last word only up to the count).
+    const std::size_t in_word = std::min<std::size_t>(64, m_workers.size() - i * 64);
+    m_unasked_bits[i].store(in_word == 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << in_word) - 1,
+                            std::memory_order_relaxed);
+  }
   if (!reactors.empty()) {
     if (reactors.size() != opts.threads)
       throw std::invalid_argument("weft::thread_pool: one reactor per worker is needed");
@@ -133,6 +140,7 @@ void thread_pool::before_blocking() noexcept {
   if (detail::worker* w = m_impl->current_worker()) {
     bool shared = false;
     for (unsigned p = 0; p < w->m_prios; ++p) shared |= w->m_deques[p].share_all();
+    m_impl->mark_unasked(w->m_index);  // share_all() cleared the share requests
     if (shared) {
       m_impl->mark_work(w->m_index);
       m_impl->wake_one();

@@ -105,7 +105,9 @@ class pool_impl {
   void notify_external() noexcept;     // after an inbox push: make sure someone looks
   bool any_work_seq_cst() noexcept;
   void leave_searching(worker& w) noexcept;
-  void mark_work(unsigned index) noexcept;  // after publishing work in worker index's deque or inbox
+  void mark_work(unsigned index) noexcept;     // after publishing work in worker index's deque or inbox
+  void mark_unasked(unsigned index) noexcept;  // after worker index cleared its share requests
+  void ask_to_share() noexcept;                // raise the share request of every unasked worker
 
   thread_pool& m_owner;
   pool_options m_opts;
@@ -125,6 +127,10 @@ class pool_impl {
   // worker looks only at those, in O(workers / 64) words.
   std::size_t m_work_words = 0;
   std::unique_ptr<std::atomic<std::uint64_t>[]> m_work_bits;
+  // Workers whose share requests were answered (cleared) since a parking worker last
+  // raised them, a bit each (idle.cpp): a parking worker asks only those, so its cost is
+  // O(workers / 64) words plus the workers that answered since the previous park.
+  std::unique_ptr<std::atomic<std::uint64_t>[]> m_unasked_bits;
 };
 
 // topology.cpp

@@ -195,7 +195,10 @@ void lower_inline_limit(worker_context& w, unsigned limit) noexcept {
 
 void on_work_available(worker_context& ctx, split_deque& d, bool plain) noexcept {
   auto& w = static_cast<worker&>(ctx);
-  if (!d.share(!plain)) return;
+  const bool shared = d.share(!plain);
+  // share() cleared the request: a worker that parks from now on must ask again.
+  w.m_pool.mark_unasked(w.m_index);
+  if (!shared) return;
   w.m_pool.mark_work(w.m_index);
   // The seq_cst read of the idle word, after share()'s seq_cst CAS and mark_work(), pairs
   // with a parking worker's registration and re-check in park() (one of the two sees

@@ -210,17 +210,21 @@ bool asleep(const std::string& tid) {
 TEST_CASE("thread_pool: a lone forked child is stolen while its parent computes", "[pool][scheduling]") {
   // The other side of the rule above: a child that is not joined at once still runs
   // in parallel (taken by the idle worker after a short patience).
-  const std::set<std::string> before = thread_ids();
-  weft::thread_pool pool(weft::pool_options{.threads = 2});
-  std::vector<std::string> workers;
-  std::ranges::set_difference(thread_ids(), before, std::back_inserter(workers));
-  REQUIRE(workers.size() == 2);
-  for (int round = 0; round < 5; ++round) {
-    // Precondition: both workers idle, asleep in their search or parked, so that the
-    // one left idle by the parent must be woken and ask the busy one to share.
-    REQUIRE(weft_test::eventually([&] { return std::ranges::all_of(workers, asleep); }));
-    INFO("round " << round);
-    CHECK(weft::sync_wait(pool, fork_then_compute()));
+  // With more workers than two, each park raises only the requests answered since the
+  // previous one (idle.cpp): every round must still get the child stolen.
+  for (const std::size_t threads : {2, 4, 8}) {
+    const std::set<std::string> before = thread_ids();
+    weft::thread_pool pool(weft::pool_options{.threads = threads});
+    std::vector<std::string> workers;
+    std::ranges::set_difference(thread_ids(), before, std::back_inserter(workers));
+    REQUIRE(workers.size() == threads);
+    for (int round = 0; round < 5; ++round) {
+      // Precondition: every worker idle, asleep in its search or parked, so that one left
+      // idle by the parent must be woken and ask the busy one to share.
+      REQUIRE(weft_test::eventually([&] { return std::ranges::all_of(workers, asleep); }));
+      INFO(threads << " workers, round " << round);
+      CHECK(weft::sync_wait(pool, fork_then_compute()));
+    }
   }
 }
 
