@@ -2,7 +2,7 @@
 // 13-byte body (the TechEmpower plaintext shape, no pipelining needed), driven by wrk on
 // loopback.
 //
-//   bench/http --flavor F --threads T --connections C --seconds S [--runs R]
+//   bench/http --flavor F --threads T --connections C --seconds S [--runs R] [--pin]
 //
 // The binary starts the server with T threads, runs one short untimed wrk pass (warm-up),
 // then R timed passes of `wrk -t1 -cC -dS --latency`, and prints the suite's report with,
@@ -14,6 +14,9 @@
 // `http: rps=... p50_us=... p99_us=... cpu_us=...` (cpu_us: the server's CPU time per
 // request, which still tells servers apart when wrk, sharing the machine, is the
 // bottleneck), and `--size C` is `--connections C`.
+//
+// --pin puts wrk on a CPU of its own (the first this process may use) and the server on
+// the others: on a small machine the only way to give the server a fixed share.
 //
 // Flavors. Every in-process server listens on T sockets bound to one port with
 // SO_REUSEPORT, one per thread, so the kernel spreads connections over the threads:
@@ -31,6 +34,7 @@
 #include <asio.hpp>
 #include <asio/experimental/as_tuple.hpp>
 
+#include <sched.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -540,8 +544,12 @@ double wrk_duration_us(const std::string& text) {
 }
 
 /// Runs wrk against loopback:`port`; throws when it cannot be run or its output cannot be read.
+/// With --pin: the CPU wrk runs on (taskset), else -1.
+int g_wrk_cpu = -1;
+
 wrk_result run_wrk(unsigned short port, int connections, int seconds) {
-  const std::string cmd = "wrk -t1 -c" + std::to_string(connections) + " -d" + std::to_string(seconds) +
+  const std::string pin = g_wrk_cpu < 0 ? "" : "taskset -c " + std::to_string(g_wrk_cpu) + " ";
+  const std::string cmd = pin + "wrk -t1 -c" + std::to_string(connections) + " -d" + std::to_string(seconds) +
                           "s --timeout 10s --latency http://127.0.0.1:" + std::to_string(port) + "/plaintext 2>&1";
   std::FILE* p = ::popen(cmd.c_str(), "r");
   if (p == nullptr) throw std::runtime_error("cannot run wrk");
@@ -593,16 +601,18 @@ struct options {
   int connections = 256;
   int seconds = 5;
   int runs = 1;
+  bool pin = false;
 };
 
 [[noreturn]] void usage(int status) {
   std::fprintf(status == 0 ? stdout : stderr,
-               "usage: http [--flavor F] [--threads T] [--connections C] [--seconds S] [--runs R] [--list]\n"
+               "usage: http [--flavor F] [--threads T] [--connections C] [--seconds S] [--runs R] [--pin] [--list]\n"
                "  --flavor F       one of: weft weft-uring weft-asio asio nginx (default weft)\n"
                "  --threads T      server threads (nginx: worker processes), 1..1024 (default: hardware threads)\n"
                "  --connections C  wrk's connections, 1..60000 (default 256); --size C says the same\n"
                "  --seconds S      length of each timed wrk run, 1..3600 (default 5)\n"
                "  --runs R         timed runs after one untimed warm-up, 1..100 (default 1)\n"
+               "  --pin            wrk on the first CPU this process may use, the server on the others\n"
                "  --list           print the flavors, one a line, and exit\n");
   std::exit(status);
 }
@@ -644,6 +654,8 @@ options parse(int argc, char** argv) {
       o.seconds = parse_int("--seconds", value(), 1, 3600);
     } else if (a == "--runs") {
       o.runs = parse_int("--runs", value(), 1, 100);
+    } else if (a == "--pin") {
+      o.pin = true;
     } else if (a == "--list") {
       for (auto f : k_flavors) std::printf("%.*s\n", static_cast<int>(f.size()), f.data());
       std::exit(0);
@@ -675,12 +687,39 @@ int fail(const std::string& what) {
   return 1;
 }
 
+/// --pin: wrk gets the first CPU this process may use, the server (this process, its
+/// threads and nginx's processes, which inherit the mask) the others, so that client and
+/// server do not take each other's CPU. Returns an error message, or "" when pinned.
+std::string pin_client_and_server() {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (::sched_getaffinity(0, sizeof allowed, &allowed) != 0)
+    return std::string("sched_getaffinity: ") + std::strerror(errno);
+  if (CPU_COUNT(&allowed) < 2)
+    return "--pin needs 2 CPUs or more (this process may use " + std::to_string(CPU_COUNT(&allowed)) + ")";
+  int first = 0;
+  while (!CPU_ISSET(first, &allowed)) ++first;
+  cpu_set_t server = allowed;
+  CPU_CLR(first, &server);
+  if (::sched_setaffinity(0, sizeof server, &server) != 0)
+    return std::string("sched_setaffinity: ") + std::strerror(errno);
+  g_wrk_cpu = first;
+  std::fprintf(stderr, "http: wrk on CPU %d, the server on the %d others\n", first, CPU_COUNT(&server));
+  return {};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const options o = parse(argc, argv);
   raise_fd_limit(o.connections);
   ::signal(SIGPIPE, SIG_IGN);
+  if (o.pin) {
+    if (const std::string why = pin_client_and_server(); !why.empty()) {
+      std::printf("SKIP: %s\n", why.c_str());  // this machine cannot run the pinned form
+      return 77;
+    }
+  }
   try {
     std::unique_ptr<server> srv;
     nginx_server* nginx = nullptr;
