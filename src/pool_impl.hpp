@@ -108,6 +108,11 @@ class pool_impl {
   void mark_work(unsigned index) noexcept;     // after publishing work in worker index's deque or inbox
   void mark_unasked(unsigned index) noexcept;  // after worker index cleared its share requests
   void ask_to_share() noexcept;                // raise the share request of every unasked worker
+  // Racy: may worker index have published work? False only while it has none (or while
+  // its publisher has yet to mark it): thieves skip the others' deques and inboxes.
+  bool may_have_work(unsigned index) const noexcept {
+    return ((m_work_bits[index / 64].load(std::memory_order_relaxed) >> (index % 64)) & 1) != 0;
+  }
 
   thread_pool& m_owner;
   pool_options m_opts;

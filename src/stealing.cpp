@@ -1,11 +1,16 @@
 // src/stealing.cpp: the stealing policy.
 //
 // Victims are visited in the order compute_steal_orders() (topology.cpp) gave each
-// worker: nearest in the hwloc tree first. At each victim a thief tries the shared
-// region of the deque (oldest work first) and then the inbox. When the shared region
-// is empty the thief, if `ask` is set, raises the victim's share request: the victim
-// publishes half of its private work at its next push or pop (weft/detail/split_deque.hpp),
-// so a searching thief usually succeeds on one of its next sweeps.
+// worker: nearest in the hwloc tree first. A victim whose bit in the pool's work bitmap
+// is clear has published nothing (idle.cpp) and is skipped at the cost of one bit, so a
+// sweep over a big, mostly idle pool reads a few words rather than two lines per
+// worker. At each other victim a thief tries the shared region of the deque (oldest
+// work first) and then the inbox. When the shared region is empty the thief, if `ask`
+// is set, raises the victim's share request: the victim publishes half of its private
+// work at its next push or pop (weft/detail/split_deque.hpp), so a searching thief
+// usually succeeds on one of its next sweeps. The skipped victims are asked once per
+// search, through pool_impl::ask_to_share() (only those that answered since they were
+// last asked need it).
 //
 // Lone items (see weft/detail/split_deque.hpp) are not taken at first sight: a thief
 // takes one only after it has seen the victim's public word unchanged for
@@ -51,6 +56,7 @@ bool worker::lone_ripe(std::size_t key, std::uint64_t word) noexcept {
 
 void* worker::steal_at(unsigned prio, bool ask) noexcept {
   for (unsigned v : m_victims) {
+    if (!m_pool.may_have_work(v)) continue;  // one bit, instead of its deque's and inbox's lines
     worker& victim = *m_pool.m_workers[v];
     split_deque& d = victim.m_deques[prio];
     if (ask || d.looks_stealable()) {
@@ -82,6 +88,9 @@ void* worker::search(bool& ran_io) noexcept {
                                                   std::memory_order_relaxed));
     m_searching = true;
   }
+  // Victims that show no work are skipped (steal_at()), so the sweeps cannot ask them to
+  // share: raise the requests the workers answered since they were last raised, once.
+  m_pool.ask_to_share();
   const unsigned rounds = m_pool.m_opts.spins == 0 ? 1 : m_pool.m_opts.spins;
   for (unsigned r = 0; r < rounds; ++r) {
     for (unsigned p = 0; p < m_prios; ++p) {
