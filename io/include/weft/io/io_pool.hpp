@@ -11,7 +11,8 @@
 // * An operation a task starts on worker W (read, write, connect, sleep_for) is
 //   prepared on W's ring by the task itself, with no lock and no hand-off. The worker
 //   submits everything its tasks prepared in one io_uring_enter when it polls: when it
-//   runs out of work, and every 32 items while it is busy.
+//   runs out of work, after each sweep while it searches for work to steal, and every
+//   32 items while it is busy.
 // * A completion is reaped by the worker that owns the ring and resumes its task right
 //   there, inline: a task that awaits I/O comes back on the worker it started the
 //   operation from. A task stolen while queued starts its next operation on the
