@@ -220,7 +220,9 @@ bool higher_priority_waiting() noexcept {
   for (unsigned p = 0; p < mine && p < self->m_prios; ++p) {
     if (self->m_deques[p].has_private() || self->m_deques[p].looks_stealable() || !self->m_inbox.empty(p)) return true;
     for (const auto& other : self->m_pool.m_workers)
-      if (other->m_deques[p].looks_stealable() || !other->m_inbox.empty(p)) return true;
+      if (self->m_pool.may_have_work(other->m_index) &&  // a bit, not two lines, for idle workers
+          (other->m_deques[p].looks_stealable() || !other->m_inbox.empty(p)))
+        return true;
   }
   return false;
 }
