@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <stdexcept>
@@ -225,6 +226,41 @@ TEST_CASE("thread_pool: a lone forked child is stolen while its parent computes"
       INFO(threads << " workers, round " << round);
       CHECK(weft::sync_wait(pool, fork_then_compute()));
     }
+  }
+}
+
+namespace {
+// A child that computes for `ms` without a scheduling point and notes its thread.
+weft::task<void> compute_on(std::mutex& m, std::set<std::thread::id>& seen, int ms) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  {
+    std::lock_guard lock(m);
+    seen.insert(std::this_thread::get_id());
+  }
+  while (std::chrono::steady_clock::now() < until) {
+  }
+  co_return;
+}
+
+weft::task<void> fork_many(std::mutex& m, std::set<std::thread::id>& seen, int n, int ms) {
+  std::vector<weft::fork_handle<void>> children;
+  for (int i = 0; i < n; ++i) children.push_back(weft::spawn(compute_on(m, seen, ms)).fork());
+  for (auto& c : children) co_await c;
+}
+}  // namespace
+
+TEST_CASE("thread_pool: forked work spreads over every worker, parked ones included", "[pool][scheduling]") {
+  // Every worker parks first; then one task forks 400 children of 1 ms. The idle
+  // workers must be asked, woken and find the work (share requests, the work bitmap
+  // the thieves read), so each runs some.
+  for (const std::size_t threads : {2, 4}) {
+    weft::thread_pool pool(weft::pool_options{.threads = threads});
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // let them park
+    std::mutex m;
+    std::set<std::thread::id> seen;
+    weft::sync_wait(pool, fork_many(m, seen, 400, 1));
+    INFO(threads << " workers");
+    CHECK(seen.size() == threads);
   }
 }
 
