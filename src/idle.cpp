@@ -75,14 +75,17 @@ bool has_work_seq_cst(const worker& w) noexcept {
     if (w.m_deques[p].stealable_seq_cst() || !w.m_inbox.empty(p, std::memory_order_seq_cst)) return true;
   return false;
 }
-}  // namespace
 
-void pool_impl::mark_work(unsigned index) noexcept {
-  std::atomic<std::uint64_t>& word = m_work_bits[index / 64];
+/// Sets bit `index` of a bitmap, seq_cst. Test first: a bit that stays set (a busy pool's)
+/// then costs a read, and the word's line stays shared.
+void set_bit(std::atomic<std::uint64_t>* words, unsigned index) noexcept {
+  std::atomic<std::uint64_t>& word = words[index / 64];
   const std::uint64_t bit = std::uint64_t{1} << (index % 64);
-  // Test first: a busy pool keeps its bits set, and the word's line then stays shared.
   if ((word.load(std::memory_order_seq_cst) & bit) == 0) word.fetch_or(bit, std::memory_order_seq_cst);
 }
+}  // namespace
+
+void pool_impl::mark_work(unsigned index) noexcept { set_bit(m_work_bits.get(), index); }
 
 bool pool_impl::any_work_seq_cst() noexcept {
   for (std::size_t i = 0; i < m_work_words; ++i) {
@@ -105,13 +108,11 @@ bool pool_impl::any_work_seq_cst() noexcept {
 }
 
 void pool_impl::mark_unasked(unsigned index) noexcept {
-  std::atomic<std::uint64_t>& word = m_unasked_bits[index / 64];
-  const std::uint64_t bit = std::uint64_t{1} << (index % 64);
-  // The fence puts the caller's clearing of its requests before this look at the bit in
-  // the total order: a bit still set then belongs to no parker yet, and the parker that
+  // The fence puts the caller's clearing of its requests before the look at the bit in
+  // the total order: a bit still set then belongs to no asker yet, and the one that
   // takes it raises the requests after the clearing (its own fence, ask_to_share()).
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  if ((word.load(std::memory_order_seq_cst) & bit) == 0) word.fetch_or(bit, std::memory_order_seq_cst);
+  set_bit(m_unasked_bits.get(), index);
 }
 
 void pool_impl::ask_to_share() noexcept {

@@ -107,7 +107,7 @@ class pool_impl {
   void leave_searching(worker& w) noexcept;
   void mark_work(unsigned index) noexcept;     // after publishing work in worker index's deque or inbox
   void mark_unasked(unsigned index) noexcept;  // after worker index cleared its share requests
-  void ask_to_share() noexcept;                // raise the share request of every unasked worker
+  void ask_to_share() noexcept;                // raise the share requests of every unasked worker
   // Racy: may worker index have published work? False only while it has none (or while
   // its publisher has yet to mark it): thieves skip the others' deques and inboxes.
   bool may_have_work(unsigned index) const noexcept {
@@ -132,9 +132,9 @@ class pool_impl {
   // worker looks only at those, in O(workers / 64) words.
   std::size_t m_work_words = 0;
   std::unique_ptr<std::atomic<std::uint64_t>[]> m_work_bits;
-  // Workers whose share requests were answered (cleared) since a parking worker last
-  // raised them, a bit each (idle.cpp): a parking worker asks only those, so its cost is
-  // O(workers / 64) words plus the workers that answered since the previous park.
+  // Workers whose share requests were answered (cleared) since they were last raised,
+  // a bit each (idle.cpp): a parking or searching worker asks only those, so its cost is
+  // O(workers / 64) words plus the workers that answered since the previous ask.
   std::unique_ptr<std::atomic<std::uint64_t>[]> m_unasked_bits;
 };
 
