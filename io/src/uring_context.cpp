@@ -38,6 +38,7 @@ namespace {
 
 constexpr int k_budget = 64;  // ready tasks per turn before completions get a look
 constexpr unsigned k_reap_batch = 256;
+constexpr unsigned k_offer_behind = 16;  // see reap()
 
 constinit thread_local uring_impl* t_loop = nullptr;
 
@@ -343,7 +344,7 @@ bool uring_impl::run_ready() {
   return false;
 }
 
-void uring_impl::dispatch(std::uint64_t data, int res, unsigned flags) {
+void uring_impl::dispatch(std::uint64_t data, int res, unsigned flags, bool offer) {
   if (data == k_wake_data) {
     arm_wake();
     return;
@@ -358,10 +359,15 @@ void uring_impl::dispatch(std::uint64_t data, int res, unsigned flags) {
     op->m_res = res;
     watch_end(*op);
   }
-  if (--op->m_pending == 0) op->m_waiter.resume();
+  if (--op->m_pending == 0) {
+    if (offer)
+      op->m_waiter.resume_or_offer();
+    else
+      op->m_waiter.resume();
+  }
 }
 
-unsigned uring_impl::reap() {
+unsigned uring_impl::reap(bool offer) {
   struct completion {
     std::uint64_t data;
     int res;
@@ -383,7 +389,15 @@ unsigned uring_impl::reap() {
       }
     }
     io_uring_cq_advance(&m_ring, n);
-    for (unsigned i = 0; i < n; ++i) dispatch(done[i].data, done[i].res, done[i].flags);
+    // A completion may be offered to an idle worker only while at least k_offer_behind
+    // more of the batch wait behind it on this worker: tens of microseconds of work,
+    // more than waking a parked worker costs. With less, or a lone completion (the
+    // common case at low load), the task resumes here.
+    unsigned last = n;
+    if (offer)
+      while (last > 0 && (done[last - 1].data == k_wake_data || done[last - 1].data == k_ignore_data)) --last;
+    for (unsigned i = 0; i < n; ++i)
+      dispatch(done[i].data, done[i].res, done[i].flags, offer && i + k_offer_behind < last);
     if (n < k_reap_batch) return ops;
   }
 }
@@ -490,7 +504,7 @@ bool uring_impl::poll() noexcept {
     if (r < 0 && r != -EINTR && r != -EAGAIN && r != -EBUSY)
       std::fprintf(stderr, "weft::io::io_pool: io_uring_enter failed: %s\n", std::strerror(-r));
   }
-  return reap() != 0 || ran;
+  return reap(true) != 0 || ran;
 }
 
 bool uring_impl::pending() const noexcept {

@@ -97,8 +97,11 @@ class uring_impl final : public weft::detail::worker_reactor {
   void wake_if_sleeping(std::unique_lock<std::mutex>& lock);
   bool run_calls();
   bool run_ready();
-  unsigned reap();
-  void dispatch(std::uint64_t data, int res, unsigned flags);
+  /// Resumes the tasks of every CQE there is. `offer` (an io_pool worker's poll): a
+  /// task with more of the batch behind it may go to an idle worker that asked for
+  /// work instead (waiter::resume_or_offer).
+  unsigned reap(bool offer = false);
+  void dispatch(std::uint64_t data, int res, unsigned flags, bool offer);
 
   void note_socket(int fd, std::uint64_t id) noexcept;
 

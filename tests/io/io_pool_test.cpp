@@ -1,6 +1,7 @@
 // weft::io::io_pool: a thread_pool whose workers each own an io_uring ring. Echo over
-// one SO_REUSEPORT listener per worker, with every byte checked; operations resume on
-// the worker that started them; operations from threads outside the pool; timers;
+// one SO_REUSEPORT listener per worker, with every byte checked; a lone operation
+// resumes on the worker that started it, while tasks that all started on one worker
+// spread over idle ones; operations from threads outside the pool; timers;
 // compute forks from connection tasks; cancellation through a scope's token; the
 // parked workers still wake for posted work. Skipped where io_uring is unavailable.
 #include <sys/socket.h>
@@ -141,9 +142,11 @@ TEST_CASE("io_pool: echo over one reuse_port listener per worker, every byte che
 }
 
 namespace {
-weft::task<bool> same_thread_across_reads(wio::io_pool& io, wio::endpoint at, int rounds) {
-  wio::tcp_stream s(io);
-  if (co_await s.connect(at)) co_return false;
+// The pool's only I/O: one task, whose peer is a plain thread echoing over a socketpair.
+// Each of its completions is alone in its worker's batch, so it resumes on the worker
+// that started the operation even while the other worker is idle and asking for work.
+weft::task<bool> same_thread_across_reads(wio::io_pool& io, int fd, int rounds) {
+  wio::tcp_stream s(io, fd);
   bool same = true;
   char c = 'x';
   for (int i = 0; i < rounds; ++i) {
@@ -156,18 +159,87 @@ weft::task<bool> same_thread_across_reads(wio::io_pool& io, wio::endpoint at, in
   co_return same;
 }
 
-weft::task<void> check_same_thread(wio::io_pool& pool, wio::endpoint to, bool& out) {
-  out = co_await same_thread_across_reads(pool, to, 200);
+// Echoes one byte at a time on a blocking socket until the peer closes.
+void echo_blocking(int fd) {
+  char c = 0;
+  while (::read(fd, &c, 1) == 1)
+    if (::write(fd, &c, 1) != 1) break;
+  ::close(fd);
 }
 }  // namespace
 
 TEST_CASE("io_pool: a task resumes on the worker that started its operation", "[io][io_pool]") {
   auto io = weft_io_test::make_io_pool_or_skip(2);
   if (!io) return;
-  server srv(*io);
-  bool same = false;
-  weft::sync_wait(*io, serve_while(srv, check_same_thread(*io, srv.m_endpoint, same)));
+  int sv[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+  std::thread peer(echo_blocking, sv[1]);
+  const bool same = weft::sync_wait(*io, same_thread_across_reads(*io, sv[0], 200));
+  peer.join();  // the stream closed sv[0] when the task ended
   CHECK(same);
+}
+
+namespace {
+thread_local int t_worker_index = -1;  // set by the pool's on_thread_start
+
+// One end of a socketpair each: a byte out, the byte back in, `rounds` times; counts
+// the rounds each worker ran.
+weft::task<void> ping_pair(wio::io_pool& io, int rounds, std::vector<std::atomic<long>>& per_worker, failures& fail) {
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+    fail.add("socketpair failed");
+    co_return;
+  }
+  wio::tcp_stream a(io, sv[0]), b(io, sv[1]);
+  char out = 'p', in = 0;
+  for (int i = 0; i < rounds; ++i) {
+    auto w = co_await a.write_some(&out, 1);
+    auto r = co_await b.read_some(&in, 1);
+    if (w.ec || r.ec || w.n != 1 || r.n != 1 || in != out) {
+      fail.add("ping failed");
+      co_return;
+    }
+    per_worker[static_cast<std::size_t>(t_worker_index)].fetch_add(1, std::memory_order_relaxed);
+  }
+}
+}  // namespace
+
+TEST_CASE("io_pool: tasks woken by one worker's completions spread over idle workers", "[io][io_pool]") {
+  // Every task starts on the spawning worker (it runs each until its first operation
+  // before another worker wakes) and comes back there from its ring; only the offer of
+  // a completion to a worker that asked for work moves tasks. Without it the other
+  // workers stay parked for the whole run.
+  for (const std::size_t threads : {std::size_t{2}, std::size_t{4}}) {
+    weft::pool_options o{.threads = threads};
+    o.on_thread_start = [](std::size_t i) { t_worker_index = static_cast<int>(i); };
+    auto io = weft_io_test::make_io_pool_or_skip(o);
+    if (!io) return;
+    constexpr int k_tasks = 64, k_rounds = 500;
+    std::vector<std::atomic<long>> per_worker(threads);
+    failures fail;
+    weft::sync_wait(*io, [&]() -> weft::task<void> {
+      weft::scope<> all;
+      for (int i = 0; i < k_tasks; ++i)
+        all.spawn(ping_pair, std::ref(*io), k_rounds, std::ref(per_worker), std::ref(fail));
+      co_await all.join();
+    }());
+    INFO(threads << " threads: " << fail.m_count << " tasks failed; first: " << fail.m_first);
+    CHECK(fail.m_count == 0);
+    long total = 0;
+    for (auto& n : per_worker) total += n.load();
+    CHECK(total == long{k_tasks} * k_rounds);
+    // At least two workers ran 5 % of the rounds or more: every worker of the 2-thread
+    // pool; of the 4-thread one, as many as the pool keeps awake (it wakes a parked
+    // worker only while nobody searches, and this machine may have 2 cores).
+    std::size_t busy = 0;
+    std::string spread;
+    for (std::size_t w = 0; w < threads; ++w) {
+      if (per_worker[w].load() * 20 >= total) ++busy;
+      spread += " " + std::to_string(per_worker[w].load());
+    }
+    INFO(threads << " threads: rounds per worker:" << spread);
+    CHECK(busy >= 2);
+  }
 }
 
 namespace {

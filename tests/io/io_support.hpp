@@ -28,6 +28,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 
 namespace weft_io_test {
 
@@ -127,15 +128,19 @@ inline std::unique_ptr<weft::io::uring_context> make_uring_or_skip(weft::io::uri
   }
 }
 
-/// An io_pool of `threads` workers, or nullptr after a Catch2 WARN naming why io_uring is
+/// An io_pool with `options`, or nullptr after a Catch2 WARN naming why io_uring is
 /// unavailable (the calling test then returns: skipped, not failed).
-inline std::unique_ptr<weft::io::io_pool> make_io_pool_or_skip(std::size_t threads) {
+inline std::unique_ptr<weft::io::io_pool> make_io_pool_or_skip(weft::pool_options options) {
   try {
-    return std::make_unique<weft::io::io_pool>(weft::pool_options{.threads = threads});
+    return std::make_unique<weft::io::io_pool>(std::move(options));
   } catch (const weft::io::uring_unavailable& e) {
     WARN("SKIPPED (io_uring unavailable): " << e.what());
     return nullptr;
   }
+}
+/// As above, with `threads` workers and the other options left as they are.
+inline std::unique_ptr<weft::io::io_pool> make_io_pool_or_skip(std::size_t threads) {
+  return make_io_pool_or_skip(weft::pool_options{.threads = threads});
 }
 
 /// For a child process: from now on io_uring_setup fails with EPERM, as under a

@@ -60,6 +60,22 @@ WEFT_INLINE void push_local(worker_context& w, unsigned prio, void* item, bool p
     if (plain || d.worth_sharing()) on_work_available(w, d, plain);
 }
 
+/// On a pool worker, for a task that this worker is about to resume inline although it
+/// has more ready work of its own to run after it (the next completions of its I/O
+/// ring): when a thief asked this worker to share (an idle worker: searching, or
+/// parked), queues `h` at `prio` as shared work instead, and wakes a worker to take it
+/// if none is searching. True when queued, false (nothing done) otherwise: not on a
+/// worker of `home`, or nobody asked. This is what spreads tasks woken by one worker's
+/// own events over the idle workers; a task nobody takes is run by its owner later.
+WEFT_INLINE bool offer_to_thief(executor* home, unsigned prio, std::coroutine_handle<> h) {
+  worker_context* w = t_worker;
+  if (w == nullptr || w->m_executor != home || prio >= w->m_prios) return false;
+  if (!w->m_deques[prio].share_requested()) [[likely]]
+    return false;
+  push_local(*w, prio, h.address(), true);
+  return true;
+}
+
 /// Owner: pop the newest work at priority prio, or nullptr.
 WEFT_INLINE void* pop_local(worker_context& w, unsigned prio) noexcept {
   split_deque& d = w.m_deques[prio];

@@ -18,6 +18,10 @@
 //   operation from. A task stolen while queued starts its next operation on the
 //   thief's ring: a stream's operations may run on different rings over its life, so
 //   its socket keeps working wherever its task runs.
+// * Balance: while an idle worker has asked for work, a completion with at least 16
+//   more of its batch behind it is queued as shared work (and the idle worker woken)
+//   instead of resumed inline, so that tasks which all started on one worker spread
+//   over the others (weft::detail::offer_to_thief; io/src/uring_context.cpp, reap).
 // * An idle worker parks in its ring (io_uring_enter waiting for one completion) instead
 //   of on a futex: a completion, or a wake-up from the pool (an eventfd the ring keeps
 //   a read on) ends the wait. Woken by its own completion, the worker takes itself off

@@ -3,6 +3,7 @@
 
 #include <coroutine>
 
+#include "weft/detail/worker_context.hpp"
 #include "weft/executor.hpp"
 #include "weft/task.hpp"
 
@@ -31,6 +32,13 @@ struct waiter {
     } else {
       weft::detail::resume_at_home(*m_home, m_h, m_prio);
     }
+  }
+
+  /// As resume(), for a completion that the reaping worker has more completed work to
+  /// run after: when an idle worker asked it for work, the task is queued for that
+  /// worker to steal instead of run inline (weft::detail::offer_to_thief).
+  void resume_or_offer() const noexcept {
+    if (m_home == nullptr || !weft::detail::offer_to_thief(m_home, m_prio, m_h)) resume();
   }
 };
 
