@@ -111,7 +111,7 @@ class scope_state {
   void release_owner() noexcept;
 
   std::stop_source m_source;
-  const std::stop_token m_token;  // what every child runs under (promise_base::m_stop)
+  const std::stop_token m_token;  // stops every child's own token (scope_child)
 
  protected:
   std::size_t alive_locked() const noexcept { return m_alive; }
@@ -154,17 +154,26 @@ class scope_values final : public scope_state {
   }
 };
 
-/// The wrapper a child runs in: runs `t`, frees its frame, then reports to `st`.
+/// The wrapper a child runs in: runs `t` under a token of its own, frees its frame,
+/// then reports to `st`.
 template <class T, class State>
 task<void> scope_child(task<T> t, State* st) {
   std::exception_ptr error;
   bool stopped = false;
   std::optional<std::conditional_t<std::is_void_v<T>, char, T>> value;
   try {
+    // The child's own token, stopped by the scope's through one callback. Each wait of
+    // the child registers its stop callback here, on a stop state only this child
+    // uses, rather than on the scope's, which every child on every worker would share
+    // (a contended lock and reference count for every operation of every connection).
+    std::stop_source own;
+    const std::stop_callback<stop_forward> link(st->m_token, stop_forward{&own});
+    const std::stop_token token = own.get_token();
+    using promise = typename task<T>::promise_type;
     if constexpr (std::is_void_v<T>) {
-      co_await std::move(t);
+      co_await run_under_token<promise>{task_handle(t), &token};
     } else {
-      value.emplace(co_await std::move(t));
+      value.emplace(co_await run_under_token<promise>{task_handle(t), &token});
     }
   } catch (const cancelled&) {
     // A wait ended by the scope's stop: the child stopped, it did not fail.
@@ -204,14 +213,12 @@ struct scope_wait {
 /// Owns a dynamic set of child tasks (tokio's JoinSet, a Trio nursery): spawn() starts
 /// a child at once, on any executor; each finished child is freed at once, so memory
 /// is bounded by the children alive, not by the children ever spawned; every child runs
-/// under the scope's stop token (weft/stop.hpp), which request_stop() (or the parent
-/// token given to the constructor) stops; `co_await join()` waits for all and rethrows
-/// the first exception (see scope_policy); `co_await next()` reports children one by one
-/// as they finish. For `scope<T>` with T not void, children are task<T> and next()
-/// hands over their values; values next() did not take are dropped by join(). A child
-/// that ends by throwing weft::cancelled once the scope's token is stopped (a lock or
-/// event wait cut short, weft/stop.hpp) counts as stopped: not an error, and nothing
-/// for next() to report.
+/// under a stop token of its own (weft/stop.hpp) that the scope's token stops, and
+/// request_stop() (or the parent token given to the constructor) stops the scope's; `co_await join()` waits for all and
+/// rethrows the first exception (see scope_policy); `co_await next()` reports children one by one as they finish. For
+/// `scope<T>` with T not void, children are task<T> and next() hands over their values; values next() did not take are
+/// dropped by join(). A child that ends by throwing weft::cancelled once the scope's token is stopped (a lock or event
+/// wait cut short, weft/stop.hpp) counts as stopped: not an error, and nothing for next() to report.
 ///
 /// Destroying a scope with children still alive is a programming error: it prints a
 /// message and aborts (the children use state the scope's owner is about to free, so
@@ -302,7 +309,8 @@ class scope {
   /// True once a stop was requested (by request_stop, the parent token, or
   /// stop_on_error). Thread-safe.
   bool stop_requested() const noexcept { return m_state->m_token.stop_requested(); }
-  /// The token every child runs under. Thread-safe.
+  /// The scope's token: once it is stopped, so is every child's (each child runs under
+  /// a token of its own, linked to this one). Thread-safe.
   std::stop_token get_token() const noexcept { return m_state->m_token; }
   /// Children alive (a snapshot: they finish on other threads). Thread-safe.
   std::size_t size() const noexcept { return m_state->alive(); }
@@ -320,7 +328,7 @@ class scope {
     }();
     auto h = detail::task_handle(child);
     h.promise().m_mode = detail::completion::detached;
-    h.promise().m_stop = &m_state->m_token;
+    h.promise().m_stop = &m_state->m_token;  // the wrapper's; the child gets its own
     m_state->child_added();
     try {
       detail::enqueue_child(h.promise(), h, prio, target);

@@ -5,7 +5,8 @@
 // * a task awaited runs under the token of the task awaiting it: `co_await t`,
 //   `co_await weft::spawn(t)` (also with .run_on / .priority), and the children of an
 //   awaited spawn_many(...) or spawn_tuple(...) (also with .run_on);
-// * a child of a weft::scope runs under the scope's token (weft/scope.hpp);
+// * a child of a weft::scope runs under a token of its own, which the scope's token
+//   stops (weft/scope.hpp);
 // * a task started by sync_wait, run, post, detach, `.fork()` or fork_group starts with
 //   none: `.fork()` and fork_group::fork are plain calls that never see the forking
 //   task (only an awaiter does), and reading it on every fork would cost the hot path.
@@ -84,10 +85,25 @@ struct stop_requested_awaiter : task_token_reader {
 };
 
 /// A stop callback that forwards a parent token's stop request to a source (a scope's,
-/// a deadline's).
+/// a scope child's, a deadline's).
 struct stop_forward {
   std::stop_source* m_source;
   void operator()() const noexcept { m_source->request_stop(); }
+};
+
+/// Runs task `h` inline (as `co_await` would) under token `tok` instead of the awaiting
+/// task's. Used once by its co_await.
+template <class Promise>
+struct run_under_token {
+  std::coroutine_handle<Promise> m_h;
+  const std::stop_token* m_tok;
+  bool await_ready() const noexcept { return false; }
+  std::coroutine_handle<> await_suspend(std::coroutine_handle<> c) noexcept {
+    m_h.promise().m_continuation = c;
+    m_h.promise().m_stop = m_tok;
+    return m_h;
+  }
+  decltype(auto) await_resume() { return m_h.promise().m_result.take(); }  // rethrows
 };
 
 }  // namespace detail

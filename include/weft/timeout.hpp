@@ -50,20 +50,6 @@ struct timeout_result<void> {
 
 namespace detail {
 
-/// Runs task `h` inline under token `tok` instead of the awaiting task's.
-template <class Promise>
-struct run_under_token {
-  std::coroutine_handle<Promise> m_h;
-  const std::stop_token* m_tok;
-  bool await_ready() const noexcept { return false; }
-  std::coroutine_handle<> await_suspend(std::coroutine_handle<> c) noexcept {
-    m_h.promise().m_continuation = c;
-    m_h.promise().m_stop = m_tok;
-    return m_h;
-  }
-  decltype(auto) await_resume() { return m_h.promise().m_result.take(); }  // rethrows
-};
-
 /// The timer's function: stops the source in m_arg.
 inline void stop_source_at_deadline(timer_entry& e) noexcept {
   static_cast<std::stop_source*>(e.m_arg)->request_stop();

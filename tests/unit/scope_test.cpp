@@ -4,6 +4,7 @@
 #include <weft/scope.hpp>
 
 #include <weft/event.hpp>
+#include <weft/latch.hpp>
 #include <weft/pool.hpp>
 #include <weft/stop.hpp>
 #include <weft/sync_wait.hpp>
@@ -20,10 +21,12 @@
 #include <csignal>
 #include <cstdio>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <stop_token>
 #include <string>
+#include <utility>
 #include <vector>
 
 using namespace std::chrono_literals;
@@ -62,6 +65,18 @@ weft::task<void> wait_for_stop(std::atomic<int>& ended) {
 // Nested co_await: the inner task sees the outer one's token.
 weft::task<bool> inner_sees_stop() { co_return co_await weft::this_task::stop_requested(); }
 weft::task<std::stop_token> inner_token() { co_return co_await weft::this_task::stop_token(); }
+// Records its token and the one a task it awaits sees, then waits until stopped.
+weft::task<void> record_token_then_wait(std::mutex& m, std::vector<std::pair<std::stop_token, std::stop_token>>& out,
+                                        weft::latch& recorded, std::atomic<int>& ended) {
+  std::stop_token mine = co_await weft::this_task::stop_token();
+  std::stop_token inner = co_await inner_token();
+  {
+    std::lock_guard lock(m);
+    out.emplace_back(std::move(mine), std::move(inner));
+  }
+  recorded.count_down();
+  co_await wait_for_stop(ended);
+}
 
 }  // namespace
 
@@ -167,15 +182,30 @@ TEMPLATE_LIST_TEST_CASE("scope: the stop token", "[scope][stop]", weft_test::exe
     CHECK(r);
   }
 
-  SECTION("the token is inherited through co_await, and is the scope's") {
-    auto r = weft::sync_wait(pool, []() -> weft::task<bool> {
-      weft::scope<std::stop_token> s;
-      s.spawn(inner_token());
-      auto tok = co_await s.next();
+  SECTION("each child runs under a token of its own, inherited through co_await, stopped by the scope's") {
+    std::mutex m;
+    std::vector<std::pair<std::stop_token, std::stop_token>> seen;
+    std::atomic<int> ended{0};
+    weft::latch recorded{2};
+    auto r = weft::sync_wait(pool, [&]() -> weft::task<bool> {
+      weft::scope s;
+      s.spawn(record_token_then_wait(m, seen, recorded, ended));
+      s.spawn(record_token_then_wait(m, seen, recorded, ended));
+      co_await recorded.wait();  // both children have recorded their tokens
+      std::vector<std::pair<std::stop_token, std::stop_token>> t;
+      {
+        std::lock_guard lock(m);
+        t = seen;
+      }
+      const bool inherited = t[0].first == t[0].second && t[1].first == t[1].second;
+      const bool own = t[0].first.stop_possible() && t[0].first != s.get_token() && t[0].first != t[1].first;
+      const bool not_yet = !t[0].first.stop_requested() && !t[1].first.stop_requested();
+      s.request_stop();
       co_await s.join();
-      co_return tok.has_value() && tok->stop_possible() && *tok == s.get_token();
+      co_return inherited&& own&& not_yet&& t[0].first.stop_requested() && t[1].first.stop_requested();
     }());
     CHECK(r);
+    CHECK(ended.load() == 2);
   }
 
   SECTION("a task outside any scope runs under no token") {
