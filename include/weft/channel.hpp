@@ -23,6 +23,18 @@
 // pattern): at least one of them sees the other, so no wake-up is lost. Fresh co_await
 // pushes and pulls that see parked parties queue behind them (FIFO among waiters).
 //
+// Waiting before parking (bounded channels, co_await push and pull). Parking and being
+// woken costs microseconds; a consumer running on another core frees a slot in
+// nanoseconds. So a push that finds the ring full first watches the ring's pull count
+// (pauses, reading only that counter): while it moves, the push waits until a batch of
+// slots is free (a quarter of the capacity, at most 64) and tries again, so that
+// producer and consumer work on different cache lines instead of trading each slot's;
+// when the count stands still (no consumer is running: they may share this thread),
+// one last try, then it parks. A pull that finds the ring empty does the same with the
+// push count. A channel whose waits keep finding the other side idle stops waiting
+// (every 64th time it looks again), so a producer and a consumer on one thread lose
+// nothing to it.
+//
 // Close. close() sets the store's closed bit (every later push fails) and serves under
 // the lock: parked producers get false (their push never happened); parked consumers
 // get the elements still stored, then nullopt once the store is drained (pushes that
@@ -173,7 +185,9 @@ class channel {
     bool await_ready() {
       if (m_ch->m_waiting_producers.load(std::memory_order_relaxed) != 0) [[unlikely]]
         return false;
-      const channel_status s = m_ch->try_push(std::move(m_value));
+      channel_status s = m_ch->try_push(std::move(m_value));
+      if (s == channel_status::full) [[unlikely]]
+        s = m_ch->push_while_pulled(m_value);
       m_node.m_ok = s == channel_status::ok;
       return s != channel_status::full;
     }
@@ -288,7 +302,7 @@ class channel {
     /// Takes the oldest element, or sees the end of a closed and drained channel, without
     /// waiting: true (no suspension) unless the channel is empty and open, or consumers
     /// are parked already (then it queues behind them).
-    bool await_ready() { return m_ch->pull_ready(m_node); }
+    WEFT_INLINE bool await_ready() { return m_ch->pull_ready(m_node); }
     /// Queues the awaiting coroutine `h` as a consumer: true. False (resume at once) when
     /// an element or close() came meanwhile and was taken here, or its stop token is
     /// stopped.
@@ -383,6 +397,73 @@ class channel {
     return bounded() ? m_ring->try_pop(std::forward<Out>(out)) : m_list->try_pop(std::forward<Out>(out));
   }
 
+  /// A push found the ring full while no producer is parked. Consumers running on other
+  /// threads right now free slots within nanoseconds: while the pull count keeps
+  /// moving, wait for it (pauses, reading only that count) until a batch of slots is
+  /// free, then push again, rather than park and be woken for every slot, or retry at
+  /// every slot and fight the consumer for its cache lines. When the count stands still
+  /// (no consumer is running: they may share this thread), one last try, then the
+  /// caller parks.
+  WEFT_NOINLINE channel_status push_while_pulled(T& value) {
+    if (!worth_waiting()) return channel_status::full;
+    const std::uint64_t start = m_ring->pulls();
+    std::uint64_t seen = start;
+    for (int round = 0; round < k_progress_rounds; ++round) {
+      for (int i = 0; i < k_progress_pauses; ++i) detail::cpu_relax();
+      const std::uint64_t now = m_ring->pulls();
+      const bool moving = now != seen;
+      seen = now;
+      if (round == 0) waited(moving);
+      if (moving && now - start < progress_batch()) continue;
+      if (m_waiting_producers.load(std::memory_order_relaxed) != 0) return channel_status::full;
+      const channel_status s = try_push(std::move(value));
+      if (s != channel_status::full || !moving) return s;
+    }
+    return channel_status::full;
+  }
+  /// As push_while_pulled, for a pull that found a bounded channel empty: waits while
+  /// the push count moves, until a batch of elements is there. True when it took an
+  /// element (or saw the end).
+  WEFT_NOINLINE bool pull_while_pushed(pull_waiter& node) {
+    if (!bounded() || !worth_waiting()) return false;
+    const std::uint64_t start = m_ring->pushes();
+    std::uint64_t seen = start;
+    for (int round = 0; round < k_progress_rounds; ++round) {
+      for (int i = 0; i < k_progress_pauses; ++i) detail::cpu_relax();
+      const std::uint64_t now = m_ring->pushes();
+      const bool moving = now != seen;
+      seen = now;
+      if (round == 0) waited(moving);
+      if (moving && now - start < progress_batch()) continue;
+      if (m_waiting_consumers.load(std::memory_order_relaxed) != 0) return false;
+      if (pull_any(node.m_value) != store_status::empty) return true;
+      if (!moving) return false;
+    }
+    return false;
+  }
+  /// Whether to wait for the other side at all: not while the last waits found it idle
+  /// (it shares this thread, say), except every 64th time, to notice when that changes.
+  bool worth_waiting() noexcept {
+    const std::uint32_t n = m_futile_waits.load(std::memory_order_relaxed);
+    if (n < k_futile_limit) return true;
+    m_futile_waits.store(n + 1, std::memory_order_relaxed);  // a hint: racing updates may be lost
+    return (n + 1) % 64 == 0;
+  }
+  /// After a wait's first look: did the other side move?
+  void waited(bool moving) noexcept {
+    const std::uint32_t n = m_futile_waits.load(std::memory_order_relaxed);
+    const std::uint32_t next = moving ? 0 : (n < k_futile_limit ? n + 1 : n);
+    if (next != n) m_futile_waits.store(next, std::memory_order_relaxed);
+  }
+  static constexpr std::uint32_t k_futile_limit = 4;
+
+  /// Slots (or elements) a waiting party lets the other side make before it tries again.
+  std::uint64_t progress_batch() const noexcept {
+    return std::min<std::uint64_t>(64, std::max<std::size_t>(1, m_capacity / 4));
+  }
+  static constexpr int k_progress_rounds = 256;
+  static constexpr int k_progress_pauses = 16;
+
   /// After a push published its element: serve parked consumers, if any. The seq_cst
   /// load pairs with the fence in publish_counts() (see the file comment).
   void after_push() noexcept {
@@ -443,10 +524,11 @@ class channel {
   }
 
   /// await_ready of a pull: takes an element or the end of the channel, or says wait.
-  bool pull_ready(pull_waiter& node) {
+  WEFT_INLINE bool pull_ready(pull_waiter& node) {
     if (m_waiting_consumers.load(std::memory_order_relaxed) != 0) [[unlikely]]
-      return false;                                        // queue behind the parked consumers
-    return pull_any(node.m_value) != store_status::empty;  // closed: m_value stays nullopt
+      return false;  // queue behind the parked consumers
+    // closed: m_value stays nullopt
+    return pull_any(node.m_value) != store_status::empty || pull_while_pushed(node);
   }
 
   /// The lock held, after a FIFO changed: publishes the counts the lock-free paths read,
@@ -557,8 +639,9 @@ class channel {
   std::atomic<std::size_t> m_returned_count{0};
   // The slow side.
   alignas(64) detail::spin_lock m_lock;
-  detail::waiter_list m_consumers;  // pull_waiter
-  detail::waiter_list m_producers;  // push_waiter
+  std::atomic<std::uint32_t> m_futile_waits{0};  // worth_waiting(); written by parties about to park
+  detail::waiter_list m_consumers;               // pull_waiter
+  detail::waiter_list m_producers;               // push_waiter
   // Elements handed back by a pull whose output threw (rare), oldest first.
   struct returned {
     T m_value;

@@ -146,6 +146,12 @@ class mpmc_ring {
   /// True once close() was called.
   bool closed() const noexcept { return (m_tail.load(std::memory_order_seq_cst) & m_mark) != 0; }
 
+  /// How many pulls and how many pushes have claimed a slot so far (relaxed snapshots):
+  /// a party that found the ring full or empty reads the other side's count to tell
+  /// whether it is running right now, and how much room or how many elements it made.
+  std::uint64_t pulls() const noexcept { return position(m_head.load(std::memory_order_relaxed)); }
+  std::uint64_t pushes() const noexcept { return position(m_tail.load(std::memory_order_relaxed) & ~m_mark); }
+
   /// Elements stored (claimed by pushes, not yet by pulls): a snapshot.
   std::size_t size() const noexcept {
     const std::uint64_t h = position(m_head.load(std::memory_order_seq_cst));
