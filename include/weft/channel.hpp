@@ -405,38 +405,38 @@ class channel {
   /// (no consumer is running: they may share this thread), one last try, then the
   /// caller parks.
   WEFT_NOINLINE channel_status push_while_pulled(T& value) {
-    if (!worth_waiting()) return channel_status::full;
-    const std::uint64_t start = m_ring->pulls();
-    std::uint64_t seen = start;
-    for (int round = 0; round < k_progress_rounds; ++round) {
-      for (int i = 0; i < k_progress_pauses; ++i) detail::cpu_relax();
-      const std::uint64_t now = m_ring->pulls();
-      const bool moving = now != seen;
-      seen = now;
-      if (round == 0) waited(moving);
-      if (moving && now - start < progress_batch()) continue;
-      if (m_waiting_producers.load(std::memory_order_relaxed) != 0) return channel_status::full;
-      const channel_status s = try_push(std::move(value));
-      if (s != channel_status::full || !moving) return s;
-    }
-    return channel_status::full;
+    channel_status s = channel_status::full;
+    wait_while_moving([&] { return m_ring->pulls(); }, m_waiting_producers,
+                      [&] {
+                        s = try_push(std::move(value));  // moves from value only when ok
+                        return s != channel_status::full;
+                      });
+    return s;
   }
   /// As push_while_pulled, for a pull that found a bounded channel empty: waits while
   /// the push count moves, until a batch of elements is there. True when it took an
   /// element (or saw the end).
   WEFT_NOINLINE bool pull_while_pushed(pull_waiter& node) {
-    if (!bounded() || !worth_waiting()) return false;
-    const std::uint64_t start = m_ring->pushes();
+    return bounded() && wait_while_moving([&] { return m_ring->pushes(); }, m_waiting_consumers,
+                                          [&] { return pull_any(node.m_value) != store_status::empty; });
+  }
+  /// The wait of both: `count()` reads the other side's count, `parked` counts this
+  /// side's parked parties (the caller must queue behind them), `attempt()` tries the
+  /// operation again and says whether it is settled. True when an attempt settled it.
+  template <class Count, class Attempt>
+  bool wait_while_moving(Count count, const std::atomic<std::uint32_t>& parked, Attempt attempt) {
+    if (!worth_waiting()) return false;
+    const std::uint64_t start = count();
     std::uint64_t seen = start;
     for (int round = 0; round < k_progress_rounds; ++round) {
       for (int i = 0; i < k_progress_pauses; ++i) detail::cpu_relax();
-      const std::uint64_t now = m_ring->pushes();
+      const std::uint64_t now = count();
       const bool moving = now != seen;
       seen = now;
       if (round == 0) waited(moving);
       if (moving && now - start < progress_batch()) continue;
-      if (m_waiting_consumers.load(std::memory_order_relaxed) != 0) return false;
-      if (pull_any(node.m_value) != store_status::empty) return true;
+      if (parked.load(std::memory_order_relaxed) != 0) return false;
+      if (attempt()) return true;
       if (!moving) return false;
     }
     return false;
