@@ -68,7 +68,12 @@ struct alignas(k_cache_line) worker : worker_context {
   pool_impl& m_pool;
   std::unique_ptr<split_deque[]> m_deque_storage;
   inbox m_inbox;
-  std::vector<unsigned> m_victims;  // steal order, nearest first (topology.cpp)
+  // Steal order, nearest first (topology.cpp): the k-th victim is worker
+  // (m_victim_order[k] + m_victim_shift) mod workers; the order is shared by the workers
+  // of one core class.
+  const std::uint32_t* m_victim_order = nullptr;
+  std::uint32_t m_victim_count = 0;
+  std::uint32_t m_victim_shift = 0;
   unsigned m_tick = 0;
   // The last lone word seen at a victim's deque of some priority, and since when
   // (stealing.cpp): a direct-mapped table of k_lone_slots, keyed by victim * m_prios +
@@ -117,6 +122,7 @@ class pool_impl {
   thread_pool& m_owner;
   pool_options m_opts;
   std::vector<std::unique_ptr<worker>> m_workers;
+  std::vector<std::vector<std::uint32_t>> m_steal_orders;  // one per core class (topology.cpp)
 
   alignas(k_cache_line) std::atomic<std::uint64_t> m_idle{0};  // sleepers | searching << 32
   std::uint64_t m_max_searchers = 1;                           // workers searching at once (stealing.cpp)

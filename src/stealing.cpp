@@ -55,7 +55,10 @@ bool worker::lone_ripe(std::size_t key, std::uint64_t word) noexcept {
 }
 
 void* worker::steal_at(unsigned prio, bool ask) noexcept {
-  for (unsigned v : m_victims) {
+  const auto workers = static_cast<std::uint32_t>(m_pool.m_workers.size());
+  for (std::uint32_t k = 0; k < m_victim_count; ++k) {
+    std::uint32_t v = m_victim_order[k] + m_victim_shift;  // both below `workers`
+    if (v >= workers) v -= workers;
     if (!m_pool.may_have_work(v)) continue;  // one bit, instead of its deque's and inbox's lines
     worker& victim = *m_pool.m_workers[v];
     split_deque& d = victim.m_deques[prio];

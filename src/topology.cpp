@@ -108,8 +108,14 @@ void compute_steal_orders(pool_impl& pool) {
   // shares with the thief's (deeper = nearer), then by ring distance (j - i mod n) so
   // that thieves at the same distance start at different victims. Worker i runs on core
   // i mod cores, so the depths are those of core pairs: computed once per pair, and the
-  // victims bucketed by depth in O(n) per worker (a pool of thousands of workers would
+  // victims bucketed by depth in O(n) per order (a pool of thousands of workers would
   // spend seconds in per-pair hwloc calls and sorts).
+  // One order per core class (workers with the same i mod c, c the cores in use): the
+  // order of worker i is that of worker i mod c shifted by i - i mod c, so a pool of n
+  // workers on c cores keeps c orders, not n (a 4,096-worker pool on 2 cores: 2 lists,
+  // not 64 MiB of them). Exact when c divides n; otherwise, near the ring's wrap, a
+  // shifted order may rank a victim by its neighbour's core (still every other worker,
+  // once each).
   topology& topo = topology::get();
   const unsigned n = static_cast<unsigned>(pool.m_workers.size());
   const unsigned cores = static_cast<unsigned>(std::max(0, topo.cores()));
@@ -124,16 +130,24 @@ void compute_steal_orders(pool_impl& pool) {
   levels.push_back(0);
   std::sort(levels.begin(), levels.end(), std::greater<>());  // deepest first
   levels.erase(std::unique(levels.begin(), levels.end()), levels.end());
-  for (unsigned i = 0; i < n; ++i) {
-    auto& victims = pool.m_workers[i]->m_victims;
-    victims.clear();
-    victims.reserve(n - 1);
+  const unsigned classes = std::max(1u, c);
+  pool.m_steal_orders.assign(classes, {});
+  for (unsigned a = 0; a < classes; ++a) {
+    auto& order = pool.m_steal_orders[a];
+    order.reserve(n - 1);
     for (int level : levels)
       for (unsigned dist = 1; dist < n; ++dist) {
-        const unsigned j = (i + dist) % n;
-        const int d = c == 0 ? 0 : depth[std::size_t{i % c} * c + j % c];
-        if (d == level) victims.push_back(j);
+        const unsigned j = (a + dist) % n;
+        const int d = c == 0 ? 0 : depth[std::size_t{a} * c + j % c];
+        if (d == level) order.push_back(j);
       }
+  }
+  for (unsigned i = 0; i < n; ++i) {
+    worker& w = *pool.m_workers[i];
+    const std::vector<std::uint32_t>& order = pool.m_steal_orders[i % classes];
+    w.m_victim_order = order.data();
+    w.m_victim_count = static_cast<std::uint32_t>(order.size());
+    w.m_victim_shift = i - i % classes;
   }
 }
 
