@@ -214,11 +214,13 @@ struct scope_wait {
 /// a child at once, on any executor; each finished child is freed at once, so memory
 /// is bounded by the children alive, not by the children ever spawned; every child runs
 /// under a stop token of its own (weft/stop.hpp) that the scope's token stops, and
-/// request_stop() (or the parent token given to the constructor) stops the scope's; `co_await join()` waits for all and
-/// rethrows the first exception (see scope_policy); `co_await next()` reports children one by one as they finish. For
-/// `scope<T>` with T not void, children are task<T> and next() hands over their values; values next() did not take are
-/// dropped by join(). A child that ends by throwing weft::cancelled once the scope's token is stopped (a lock or event
-/// wait cut short, weft/stop.hpp) counts as stopped: not an error, and nothing for next() to report.
+/// request_stop() (or the parent token given to the constructor) stops the scope's;
+/// `co_await join()` waits for all and rethrows the first exception (see scope_policy);
+/// `co_await next()` reports children one by one as they finish. For `scope<T>` with T
+/// not void, children are task<T> and next() hands over their values; values next() did
+/// not take are dropped by join(). A child that ends by throwing weft::cancelled once
+/// the scope's token is stopped (a lock or event wait cut short, weft/stop.hpp) counts
+/// as stopped: not an error, and nothing for next() to report.
 ///
 /// Destroying a scope with children still alive is a programming error: it prints a
 /// message and aborts (the children use state the scope's owner is about to free, so
