@@ -83,7 +83,11 @@ std::string endpoint::to_string() const {
   }
   if (m_addr.ss_family == AF_INET6) {
     ::inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&m_addr)->sin6_addr, text, sizeof text);
-    return "[" + std::string(text) + "]:" + std::to_string(port());
+    // Appended in place: g++-12 -O3 mistakes `"[" + std::string(...)` for an overlapping
+    // copy (a -Wrestrict false positive).
+    std::string out = "[";
+    out.append(text).append("]:").append(std::to_string(port()));
+    return out;
   }
   return "(empty endpoint)";
 }
