@@ -172,13 +172,14 @@ def cpu_model():
     return platform.processor() or "unknown"
 
 
-def write_json(path, root, cxx, args, records):
+def write_json(path, root, cxx, args, records, build_info=None):
     version = command_output([cxx, "--version"]) or ""
     doc = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "machine": {"nproc": len(os.sched_getaffinity(0)), "cpu_count": os.cpu_count(),
                     "model": cpu_model(), "kernel": platform.release()},
         "compiler": {"path": cxx, "version": version.splitlines()[0] if version else "unknown"},
+        "build": build_info or {},
         "git": {"commit": command_output(["git", "rev-parse", "HEAD"], root) or "none",
                 "dirty": bool(command_output(["git", "status", "--porcelain"], root))},
         "options": {"quick": args.quick, "sweep": args.sweep, "runs": args.runs, "rounds": args.rounds,
@@ -187,6 +188,16 @@ def write_json(path, root, cxx, args, records):
         "results": records,
     }
     path.write_text(json.dumps(doc, indent=1) + "\n")
+
+
+def build_header(info, model):
+    """The line above the tables that says what the binaries were built with and where
+    they run, so that figures from two machines are compared knowingly."""
+    if not info:
+        return "build: unknown (no bench/build-info.txt in the build directory)"
+    flags = " ".join(info.get("flags", "").split())
+    return (f"build: {info.get('compiler', '?')}, {info.get('build_type', '?')}, flags {flags or '(none)'}, "
+            f"architecture flags {info.get('arch_flags', '?')}; cpu: {model}")
 
 
 def load_json(path):
