@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <span>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -147,9 +148,18 @@ class pool_impl {
 // topology.cpp
 void compute_steal_orders(pool_impl& pool);
 void pin_current_thread(unsigned index) noexcept;
+/// Physical cores (hwloc) holding a CPU of this process's affinity mask; without a
+/// topology that describes them, the CPUs of the mask. At least 1.
 std::size_t physical_core_count() noexcept;
 /// CPUs this process may run on: its affinity mask, capped by a cgroup CPU quota.
 std::size_t available_cpu_count() noexcept;
+/// The cgroup CPU quota (CPUs, rounded up; 0: none) for a process whose
+/// /proc/self/cgroup reads `self_cgroup`, with the cgroup file system at `fs_root`: v2,
+/// the tightest cpu.max of its cgroup and every ancestor; v1, the cpu controller's CFS
+/// quota. Never throws: unreadable or malformed files count as no quota.
+std::size_t cgroup_cpu_quota(const std::string& fs_root, const std::string& self_cgroup) noexcept;
+/// cgroup_cpu_quota for this process (/proc/self/cgroup, /sys/fs/cgroup).
+std::size_t cgroup_cpu_quota() noexcept;
 
 /// Lowers w.m_inline_limit to `limit` unless it is lower already (any thread; worker.cpp).
 void lower_inline_limit(worker_context& w, unsigned limit) noexcept;

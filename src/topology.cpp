@@ -14,6 +14,7 @@
 #include <fstream>
 #include <functional>
 #include <mutex>
+#include <sstream>
 #include <string>
 
 #include "pool_impl.hpp"
@@ -64,42 +65,116 @@ class topology {
   bool m_ok = false;
 };
 
-/// CPU quota from cgroup v2 (cpu.max) or v1 (cfs quota/period), rounded up; 0 if none.
-std::size_t cgroup_cpu_quota() {
-  {
-    std::ifstream f("/sys/fs/cgroup/cpu.max");
-    std::string quota;
-    long period = 0;
-    if (f >> quota >> period && quota != "max" && period > 0) {
-      const double q = std::stod(quota);
-      return static_cast<std::size_t>(std::ceil(q / static_cast<double>(period)));
-    }
-  }
-  std::ifstream fq("/sys/fs/cgroup/cpu/cpu.cfs_quota_us"), fp("/sys/fs/cgroup/cpu/cpu.cfs_period_us");
-  long q = 0, p = 0;
-  if (fq >> q && fp >> p && q > 0 && p > 0) return static_cast<std::size_t>((q + p - 1) / p);
-  return 0;
-}
-
-}  // namespace
-
-std::size_t physical_core_count() noexcept {
-  const int n = topology::get().cores();
-  if (n > 0) return static_cast<std::size_t>(n);
+/// The CPUs of this process's affinity mask (at least 1).
+std::size_t affinity_cpu_count() noexcept {
   cpu_set_t set;
   if (sched_getaffinity(0, sizeof set, &set) == 0) return static_cast<std::size_t>(std::max(1, CPU_COUNT(&set)));
   return 1;
 }
 
-std::size_t available_cpu_count() noexcept {
-  std::size_t n = 1;
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0) n = static_cast<std::size_t>(std::max(1, CPU_COUNT(&set)));
-  std::size_t quota = 0;
+/// The whole file's first line, or "" when it cannot be read.
+std::string first_line(const std::string& path) {
+  std::ifstream f(path);
+  std::string line;
+  std::getline(f, line);
+  return line;
+}
+
+/// CPUs a quota of `quota` per `period` gives, rounded up; 0 for none or nonsense.
+std::size_t quota_cpus(double quota, double period) noexcept {
+  if (!(quota > 0) || !(period > 0)) return 0;
+  return static_cast<std::size_t>(std::ceil(quota / period));
+}
+
+/// The smaller of two quotas, where 0 means none.
+std::size_t tighter(std::size_t a, std::size_t b) noexcept { return a == 0 ? b : b == 0 ? a : std::min(a, b); }
+
+}  // namespace
+
+std::size_t cgroup_cpu_quota(const std::string& fs_root, const std::string& self_cgroup) noexcept {
   try {
-    quota = cgroup_cpu_quota();
-  } catch (...) {  // an unreadable quota: none
+    // cgroup v2: the line "0::<path>"; the quota in force is the tightest cpu.max
+    // ("<quota> <period>" or "max <period>") of the process's cgroup and its ancestors.
+    // cgroup v1: the line "<n>:<controllers>:<path>" whose controllers include cpu; the
+    // hierarchy is mounted at <root>/cpu (Debian: a link to cpu,cpuacct).
+    std::size_t v2 = 0, v1 = 0;
+    bool v2_seen = false;
+    std::istringstream lines(self_cgroup);
+    for (std::string line; std::getline(lines, line);) {
+      const auto c1 = line.find(':');
+      const auto c2 = c1 == std::string::npos ? c1 : line.find(':', c1 + 1);
+      if (c2 == std::string::npos) continue;
+      const std::string id = line.substr(0, c1), controllers = line.substr(c1 + 1, c2 - c1 - 1);
+      std::string path = line.substr(c2 + 1);
+      while (!path.empty() && path.back() == '/') path.pop_back();
+      if (id == "0" && controllers.empty()) {
+        v2_seen = true;
+        for (;;) {  // from the process's own cgroup up to the root
+          std::istringstream max(first_line(fs_root + path + "/cpu.max"));
+          std::string quota;
+          double period = 0;
+          if (max >> quota >> period && quota != "max") v2 = tighter(v2, quota_cpus(std::stod(quota), period));
+          if (path.empty()) break;
+          path.erase(path.rfind('/'));
+        }
+      } else if (("," + controllers + ",").find(",cpu,") != std::string::npos) {
+        const std::string dir = fs_root + "/cpu" + path;
+        const std::string q = first_line(dir + "/cpu.cfs_quota_us"), p = first_line(dir + "/cpu.cfs_period_us");
+        if (!q.empty() && !p.empty()) v1 = quota_cpus(std::stod(q), std::stod(p));
+      }
+    }
+    if (!v2_seen && v1 == 0) {
+      // No /proc/self/cgroup to go by (or no cpu line): the mount's own root, as a
+      // container with its own cgroup namespace shows it.
+      std::istringstream max(first_line(fs_root + "/cpu.max"));
+      std::string quota;
+      double period = 0;
+      if (max >> quota >> period && quota != "max") v2 = quota_cpus(std::stod(quota), period);
+    }
+    return tighter(v2, v1);
+  } catch (...) {  // an unreadable or malformed quota: none
+    return 0;
   }
+}
+
+std::size_t cgroup_cpu_quota() noexcept {
+  std::string self;
+  {
+    std::ifstream f("/proc/self/cgroup");
+    std::ostringstream text;
+    text << f.rdbuf();
+    self = text.str();
+  }
+  return cgroup_cpu_quota("/sys/fs/cgroup", self);
+}
+
+std::size_t physical_core_count() noexcept {
+  // The cores that hold at least one CPU of the affinity mask: a process started under
+  // taskset or a cpuset on 2 CPUs of a 64-core machine counts 2, not 64.
+  topology& topo = topology::get();
+  const int n = topo.cores();
+  cpu_set_t set;
+  const bool have_mask = sched_getaffinity(0, sizeof set, &set) == 0;
+  if (n > 0 && have_mask) {
+    hwloc_bitmap_t mask = hwloc_bitmap_alloc();
+    if (mask != nullptr) {
+      for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+        if (CPU_ISSET(cpu, &set)) hwloc_bitmap_set(mask, static_cast<unsigned>(cpu));
+      std::size_t cores = 0;
+      for (int i = 0; i < n; ++i)
+        if (hwloc_bitmap_intersects(topo.core(static_cast<unsigned>(i))->cpuset, mask)) ++cores;
+      hwloc_bitmap_free(mask);
+      // None: the topology does not describe these CPUs (a synthetic or restricted one).
+      if (cores > 0) return cores;
+    }
+  }
+  if (n > 0 && !have_mask) return static_cast<std::size_t>(n);
+  return affinity_cpu_count();
+}
+
+std::size_t available_cpu_count() noexcept {
+  const std::size_t n = affinity_cpu_count();
+  const std::size_t quota = cgroup_cpu_quota();
   return quota != 0 ? std::min(n, quota) : n;
 }
 
@@ -169,9 +244,10 @@ namespace weft {
 
 std::size_t default_thread_count() {
   static const std::size_t n = [] {
+    // A quota below the cores caps them; one above them adds nothing but contention.
     const std::size_t quota = detail::cgroup_cpu_quota();
     const std::size_t cores = detail::physical_core_count();
-    return quota != 0 ? std::max<std::size_t>(1, quota) : std::max<std::size_t>(1, cores);
+    return std::max<std::size_t>(1, quota != 0 ? std::min(quota, cores) : cores);
   }();
   return n;
 }

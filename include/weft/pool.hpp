@@ -15,8 +15,10 @@
 
 namespace weft {
 
-/// The default number of workers: the cgroup CPU quota if one is set, else the
-/// number of physical cores hwloc reports (at least 1). Thread-safe.
+/// The default number of workers: the physical cores (hwloc) that hold a CPU of this
+/// process's affinity mask (the mask's CPUs where hwloc describes no cores), capped by
+/// the cgroup CPU quota (rounded up) if one is set; at least 1. Computed once per
+/// process. Thread-safe.
 std::size_t default_thread_count();
 
 /// Options of a thread_pool: `weft::thread_pool pool{{.threads = 8, .priorities = 3}};`
