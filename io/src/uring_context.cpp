@@ -94,11 +94,13 @@ uring_impl::uring_impl(uring_context& owner, const uring_options& options, bool 
   // the ring can be single-issuer with deferred task work: completions are processed
   // when the loop enters the kernel to wait, not by interrupting it (Linux 6.1+). The
   // ring starts disabled and the loop thread enables it, which makes it the issuer.
-  params.flags =
-      IORING_SETUP_CQSIZE | IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_R_DISABLED;
+  // uring_options::single_issuer off starts where a kernel before 6.1 ends up.
+  params.flags = IORING_SETUP_CQSIZE;
+  if (options.single_issuer)
+    params.flags |= IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_R_DISABLED;
   params.cq_entries = options.entries * 2;
   int r = io_uring_queue_init_params(options.entries, &m_ring, &params);
-  if (r == -EINVAL) {  // before Linux 6.1: no single-issuer / deferred task work
+  if (r == -EINVAL && options.single_issuer) {  // before Linux 6.1: no single-issuer / deferred task work
     params = {};
     params.flags = IORING_SETUP_CQSIZE;
     params.cq_entries = options.entries * 2;
@@ -114,7 +116,7 @@ uring_impl::uring_impl(uring_context& owner, const uring_options& options, bool 
   // only while the loop waits in io_uring_enter, and a listener's cancel, submitted at
   // the next enter, stops it before it accepts again; that is what bounds what a
   // listener takes ahead of accept() calls (io/src/tcp.cpp).
-  m_multishot_accept = m_enable_on_loop && kernel_at_least(5, 19);
+  m_multishot_accept = options.multishot_accept && m_enable_on_loop && kernel_at_least(5, 19);
   m_eventfd = ::eventfd(0, EFD_CLOEXEC);
   if (m_eventfd < 0) {
     const int err = errno;

@@ -201,6 +201,26 @@ TEST_CASE("uring: echo, 1000 connections x 100 messages, 10% reset half-way", "[
   CHECK(weft_io_test::fd_count() == fds_before);
 }
 
+TEST_CASE("uring: the kernel-feature options run the paths of an older kernel", "[uring]") {
+  // Each feature turned off alone, on a uring_context and an io_pool: no multishot
+  // accept, and the same echo serves every byte.
+  weft_io_test::raise_fd_limit();
+  const std::size_t fds_before = weft_io_test::fd_count();
+  for (const weft::io::uring_options o :
+       {weft::io::uring_options{.single_issuer = false}, weft::io::uring_options{.multishot_accept = false}}) {
+    INFO("single_issuer " << o.single_issuer << ", multishot_accept " << o.multishot_accept);
+    auto server = weft_io_test::make_uring_or_skip(o);
+    if (!server) return;
+    CHECK_FALSE(server->has_multishot_accept());
+    auto clients = weft_io_test::make_uring_or_skip();
+    run_echo(*server, *clients, *clients, 200, 20, 10);
+    weft::io::io_pool pool({.threads = 2}, o);
+    CHECK_FALSE(pool.has_multishot_accept());
+    run_echo(pool, pool, *clients, 200, 20, 10);
+  }
+  CHECK(weft_io_test::fd_count() == fds_before);
+}
+
 TEST_CASE("uring: pool tasks await uring operations and resume on the pool", "[uring]") {
   const std::size_t fds_before = weft_io_test::fd_count();
   {

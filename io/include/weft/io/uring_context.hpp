@@ -33,6 +33,14 @@ namespace weft::io {
 struct uring_options {
   unsigned entries = 2048;  ///< submission queue entries, 8..32768 (the completion queue has twice as many)
   unsigned priorities = 4;  ///< priority levels of its task queue, 1..16; 0 is highest
+  /// Kernel features used where the kernel has them; false runs what weft does on a
+  /// kernel without them (to compare, or to test those paths on a newer kernel).
+  /// single_issuer: a single-issuer ring with deferred task work, enabled by its loop
+  /// thread (IORING_SETUP_SINGLE_ISSUER | DEFER_TASKRUN | R_DISABLED, Linux 6.1).
+  bool single_issuer = true;
+  /// multishot accept for listeners (Linux 5.19, and only with single_issuer: see
+  /// has_multishot_accept()); false: one accept SQE per accept.
+  bool multishot_accept = true;
 };
 
 /// Thrown by uring_context's constructor when io_uring cannot be used here. code() is
@@ -182,8 +190,9 @@ class uring_context : public executor {
   bool owns_current_thread() const noexcept override;
 
   /// True when listeners use multishot accept (one SQE, many connections): Linux 6.1 or
-  /// newer (multishot accept with deferred task work); else one accept per call.
-  /// Thread-safe.
+  /// newer (multishot accept with deferred task work) and neither
+  /// uring_options::single_issuer nor multishot_accept turned off; else one accept per
+  /// call. Thread-safe.
   bool has_multishot_accept() const noexcept;
   /// The number of rings: 1, or an io_pool's worker count. Thread-safe.
   std::size_t ring_count() const noexcept { return m_rings.size(); }
