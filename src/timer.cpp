@@ -1,6 +1,8 @@
 // src/timer.cpp: the deadline thread (protocol at the top of weft/detail/timer.hpp).
 #include "weft/detail/timer.hpp"
 
+#include "weft/detail/waiter.hpp"
+
 #include <condition_variable>
 #include <mutex>
 #include <set>
@@ -34,6 +36,12 @@ class timer_thread {
   static entry_key key(timer_entry& e) { return {{e.m_when, e.m_seq}, &e}; }
 
   void run() {
+    // A stop that wakes a waiter whose executor refuses work (it shuts down) must not
+    // end the process from here: the waiter is resumed on this thread instead, after
+    // the entry's function returned (outside the stop callbacks, and with m_firing
+    // cleared, so that it may remove its own entry).
+    refused_wakes refused;
+    t_refused_wakes = &refused;
     std::unique_lock lock(m_mutex);
     for (;;) {
       if (m_entries.empty()) {
@@ -54,6 +62,11 @@ class timer_thread {
       lock.lock();
       m_firing = nullptr;
       m_fired.notify_all();
+      if (refused.m_first != nullptr) {
+        lock.unlock();
+        resume_refused(refused);
+        lock.lock();
+      }
     }
   }
 

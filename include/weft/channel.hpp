@@ -317,6 +317,14 @@ class channel {
     /// (A stop leaves m_value empty; the stop callback never touches it, so the watch
     /// may end later, with the awaiter.)
     std::optional<T> await_resume() noexcept { return std::move(m_node.m_value); }
+    /// Hands back what this pull evaluated to, unused (weft::when_any does it for a pull
+    /// that lost its race): the element goes to the front of the channel, before every
+    /// element still stored, and the next pull takes it; nothing for nullopt. Call after
+    /// await_resume. Thread-safe (it takes the channel's lock). Throws std::bad_alloc
+    /// (then the element is destroyed).
+    void give_back(std::optional<T>&& v) {
+      if (v) m_ch->give_back(std::move(*v));
+    }
 
    private:
     friend class channel;

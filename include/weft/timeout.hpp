@@ -15,7 +15,9 @@
 // that watches no token (a blocking call, a spin) is not cut short: the task then
 // returns when it ends. The deadline is kept by one process-wide timer thread
 // (weft/detail/timer.hpp). For a single io_uring operation, weft::io::with_timeout
-// (weft/io/tcp.hpp) is cheaper: an io_uring linked timeout, no thread involved.
+// (weft/io/tcp.hpp) is cheaper: an io_uring linked timeout, no thread involved. That
+// one yields the operation's own result, not a timeout_result: where both namespaces
+// are imported an unqualified with_timeout(op, d) is ambiguous, so name the one meant.
 #pragma once
 
 #include <chrono>
@@ -128,7 +130,9 @@ auto with_deadline(A&& a, std::chrono::time_point<std::chrono::steady_clock, Dur
 }
 
 /// with_timeout for any awaitable, as with_deadline(a, now + d).
-/// `auto r = co_await weft::with_timeout(listener.accept(), 1s);`
+/// `auto r = co_await weft::with_timeout(listener.accept(), 1s);` Not to be confused
+/// with weft::io::with_timeout (the operation's own result): qualify the call where
+/// both namespaces are imported (unqualified, it is ambiguous).
 template <class A, class Rep, class Period>
   requires(!detail::is_task<std::remove_cvref_t<A>>::value) && requires(A&& a) { std::forward<A>(a).await_resume(); }
 auto with_timeout(A&& a, std::chrono::duration<Rep, Period> d) {

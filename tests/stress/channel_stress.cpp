@@ -1,13 +1,16 @@
 // weft::channel under contention: exactly-once delivery with a close at a random
 // moment, producers and consumers spread over tasks on two pools and plain threads,
 // blocking and non-blocking operations mixed; and one producer with one consumer on two
-// threads, in order, at capacities 1, 2, 1000 and unbounded. Run under ThreadSanitizer.
+// threads, in order, at capacities 1, 2, 1000 and unbounded; and consumers that race a
+// pull of each of two channels with when_any, every element received exactly once. Run
+// under ThreadSanitizer.
 #include <weft/channel.hpp>
 
 #include <weft/fork_group.hpp>
 #include <weft/pool.hpp>
 #include <weft/spawn.hpp>
 #include <weft/sync_wait.hpp>
+#include <weft/when_any.hpp>
 
 #include <catch2/catch.hpp>
 
@@ -19,8 +22,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <random>
 #include <thread>
+#include <variant>
 #include <vector>
 
 namespace {
@@ -221,5 +226,79 @@ TEST_CASE("channel stress: one producer and one consumer at once, every element 
     INFO("capacity " << capacity);
     CHECK(weft::sync_wait(pool, one_to_one(ch, n)) == 0);
     CHECK(ch.size() == 0);
+  }
+}
+
+namespace {
+
+struct tally {
+  std::atomic<std::uint64_t> count{0};
+  std::atomic<std::uint64_t> sum{0};
+  void take(std::uint64_t v) noexcept {
+    count.fetch_add(1, std::memory_order_relaxed);
+    sum.fetch_add(v, std::memory_order_relaxed);
+  }
+};
+
+// Pushes `first`, `first + 1`, ... (n of them), alternating between the two channels.
+weft::task<void> push_alternating(weft::channel<std::uint64_t>& a, weft::channel<std::uint64_t>& b, std::uint64_t first,
+                                  std::uint64_t n) {
+  for (std::uint64_t i = 0; i < n; ++i) {
+    const bool pushed = co_await (i % 2 == 0 ? a : b).push(first + i);
+    weft_test::expect(pushed);
+  }
+}
+
+// Races a pull of each channel until one of them is closed and drained, then drains the
+// other by plain pulls. A losing pull that was served anyway hands its element back
+// before when_any returns, and this consumer pulls that channel again afterwards.
+weft::task<void> pull_racing(weft::channel<std::uint64_t>& a, weft::channel<std::uint64_t>& b, tally& t) {
+  for (;;) {
+    auto r = co_await weft::when_any(a.pull(), b.pull());
+    const std::optional<std::uint64_t> v = std::visit([](auto& o) { return o; }, r.value);
+    if (v) {
+      t.take(*v);
+      continue;
+    }
+    weft::channel<std::uint64_t>& other = r.index == 0 ? b : a;
+    while (auto rest = co_await other.pull()) t.take(*rest);
+    co_return;
+  }
+}
+
+weft::task<void> race_round(weft::channel<std::uint64_t>& a, weft::channel<std::uint64_t>& b, tally& t,
+                            std::uint64_t per_producer) {
+  constexpr int k_consumers = 3;
+  constexpr int k_pushers = 2;
+  weft::fork_group<void> consumers;
+  for (int c = 0; c < k_consumers; ++c) consumers.fork(pull_racing(a, b, t));
+  weft::fork_group<void> producers;
+  for (int p = 0; p < k_pushers; ++p)
+    producers.fork(push_alternating(a, b, 1 + static_cast<std::uint64_t>(p) * per_producer, per_producer));
+  co_await producers.join();
+  a.close();
+  b.close();
+  co_await consumers.join();
+}
+
+}  // namespace
+
+// when_any(a.pull(), b.pull()) in a loop on three consumers while two producers push to
+// both: the loser of every race is stopped while it may be served at the same moment;
+// what it took must go back, so the elements received are exactly the ones pushed.
+TEST_CASE("channel stress: when_any pulls of two channels receive every element exactly once", "[channel][stress]") {
+  weft::thread_pool pool{{.threads = 4}};
+  const auto per_producer = static_cast<std::uint64_t>(weft_test::rounds(100'000, 5'000));
+  const std::uint64_t total = 2 * per_producer;  // values 1 .. total, each pushed once
+  for (std::size_t capacity : {std::size_t{1}, std::size_t{16}, weft::channel<int>::unbounded}) {
+    INFO("capacity " << capacity);
+    weft::channel<std::uint64_t> a{capacity}, b{capacity};
+    tally t;
+    const int failures_before = weft_test::g_failures.load();
+    weft::sync_wait(pool, race_round(a, b, t, per_producer));
+    CHECK(weft_test::g_failures.load() == failures_before);
+    CHECK(t.count.load() == total);
+    CHECK(t.sum.load() == total * (total + 1) / 2);
+    CHECK(a.size() + b.size() == 0);
   }
 }

@@ -2,16 +2,23 @@
 // exceptions, void operands, the range form, nothing leaks.
 #include <weft/when_any.hpp>
 
+#include <weft/channel.hpp>
 #include <weft/event.hpp>
 #include <weft/pool.hpp>
+#include <weft/post.hpp>
+#include <weft/scope.hpp>
+#include <weft/spawn.hpp>
 #include <weft/sync_wait.hpp>
 
 #include <catch2/catch.hpp>
 
+#include "bounded_wait.hpp"
 #include "executors.hpp"
 #include "sync.hpp"
 
 #include <atomic>
+#include <chrono>
+#include <optional>
 #include <stdexcept>
 #include <stop_token>
 #include <string>
@@ -21,13 +28,21 @@
 
 namespace {
 
-// Waits until asked to stop (the pattern for cancelling a wait: a stop_callback that
-// sets the event the task waits on), then reports how it ended.
+// Counts, in its destructor, that the operand holding it finished, however it ended.
+struct count_on_exit {
+  std::atomic<int>& n;
+  ~count_on_exit() { n.fetch_add(1); }
+};
+
+// Waits until asked to stop through `st` (the pattern for code that watches a token of
+// its own: a stop_callback that sets the event the task waits on), then counts that it
+// finished. The event wait also watches when_any's own token, stopped at the same
+// time, so it may end with weft::cancelled instead: either way the operand finished.
 weft::task<int> wait_for_stop(std::stop_token st, std::atomic<int>& stopped, weft_test::tracker) {
+  const count_on_exit count{stopped};
   weft::manual_reset_event cancelled;
   std::stop_callback on_stop(st, [&] { cancelled.set(); });
   co_await cancelled.wait();
-  stopped.fetch_add(1);
   co_return -1;
 }
 
@@ -173,5 +188,121 @@ TEMPLATE_LIST_TEST_CASE("when_any: an operand that fails to start: the started o
                       "operand move failed");
     // The first operand finished; the second never started (its frame was freed unrun).
     CHECK(finished == 1);
+  }
+}
+
+namespace {
+
+// How long a stop may take to end a wait before the test calls it a hang: far below
+// k_wait_limit, since a shutdown that takes seconds is the defect these tests look for.
+constexpr auto k_prompt = std::chrono::seconds(WEFT_SANITIZED ? 20 : 5);
+
+// Polls `flag` until it is 1 (-> true) or k_prompt passed (-> false).
+bool promptly(const std::atomic<int>& flag) {
+  const auto deadline = std::chrono::steady_clock::now() + k_prompt;
+  while (flag.load(std::memory_order_acquire) != 1) {
+    if (std::chrono::steady_clock::now() > deadline) return flag.load(std::memory_order_acquire) == 1;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+// A scope child: races a pull of each channel; `got` is set when either gave a value.
+weft::task<void> pull_either(weft::channel<int>& a, weft::channel<int>& b, std::atomic<int>& entered,
+                             std::atomic<int>& got) {
+  entered.store(1, std::memory_order_release);
+  auto r = co_await weft::when_any(a.pull(), b.pull());
+  std::visit([&](const std::optional<int>& v) { got.store(v ? 1 : 0, std::memory_order_relaxed); }, r.value);
+}
+
+weft::task<void> join_then_flag(weft::scope<>& s, std::atomic<int>& joined) {
+  co_await s.join();
+  joined.store(1, std::memory_order_release);
+}
+
+// Races a pull of each channel and reports the winner's index and value.
+weft::task<void> race_pulls(weft::channel<int>& a, weft::channel<int>& b, std::atomic<std::size_t>& index,
+                            std::atomic<int>& value, std::atomic<int>& done) {
+  auto r = co_await weft::when_any(a.pull(), b.pull());
+  index.store(r.index, std::memory_order_relaxed);
+  std::visit([&](const std::optional<int>& v) { value.store(v ? *v : -1, std::memory_order_relaxed); }, r.value);
+  done.store(1, std::memory_order_release);
+}
+
+}  // namespace
+
+TEMPLATE_LIST_TEST_CASE("when_any: a scope's stop reaches operands waiting on empty channels", "[when_any][stop]",
+                        weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(ex);
+  for (const bool started_first : {false, true}) {
+    INFO((started_first ? "stopped after the child started" : "stopped at once"));
+    weft::channel<int> a, b;
+    std::atomic<int> entered{0}, got{-1}, joined{0};
+    weft::scope<> s;
+    s.spawn(weft::spawn(pull_either(a, b, entered, got)).run_on(ex));
+    if (started_first) {
+      REQUIRE(weft_test::eventually([&] { return entered.load(std::memory_order_acquire) == 1; }));
+      // Either order of the pulls parking and the stop is correct; the pause makes the
+      // parked case (the one that hung) the likely one.
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    s.request_stop();
+    weft::post(ex, join_then_flag(s, joined));
+    const bool prompt = promptly(joined);
+    if (!prompt) {  // unblock the pulls so that the scope can be joined and destroyed
+      a.close();
+      b.close();
+      REQUIRE(weft_test::eventually([&] { return joined.load(std::memory_order_acquire) == 1; }));
+    }
+    CHECK(prompt);
+    CHECK(got.load() == 0);  // the winner was a stopped pull: nullopt
+  }
+}
+
+TEMPLATE_LIST_TEST_CASE("when_any: a losing pull is stopped and takes nothing", "[when_any][channel]",
+                        weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(ex);
+  weft::channel<int> a, b;
+  REQUIRE(a.try_push(1) == weft::channel_status::ok);
+  std::atomic<std::size_t> index{99};
+  std::atomic<int> value{0}, done{0};
+  weft::post(ex, race_pulls(a, b, index, value, done));
+  const bool prompt = promptly(done);
+  CHECK(prompt);  // the loser (b, empty) was stopped once a won
+  REQUIRE(b.try_push(7) == weft::channel_status::ok);
+  REQUIRE(weft_test::eventually([&] { return done.load(std::memory_order_acquire) == 1; }));
+  CHECK(index.load() == 0);
+  CHECK(value.load() == 1);
+  int left = 0;
+  CHECK(b.try_pull(left) == weft::channel_status::ok);  // the loser did not take it
+  CHECK(left == 7);
+}
+
+TEMPLATE_LIST_TEST_CASE("when_any: both pulls take an element: the loser's goes back", "[when_any][channel]",
+                        weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(ex);
+  for (int round = 0; round < 50; ++round) {
+    weft::channel<int> a, b;
+    REQUIRE(a.try_push(1) == weft::channel_status::ok);
+    REQUIRE(a.try_push(3) == weft::channel_status::ok);
+    REQUIRE(b.try_push(2) == weft::channel_status::ok);
+    auto r = weft::sync_wait(ex, weft::when_any(a.pull(), b.pull()));
+    REQUIRE(r.index < 2);
+    const int won = std::visit([](const std::optional<int>& v) { return v.value_or(-1); }, r.value);
+    CHECK(won == (r.index == 0 ? 1 : 2));
+    // Every element not won is still there, in its channel's order.
+    int x = 0;
+    if (r.index == 0) {
+      CHECK(a.try_pull(x) == weft::channel_status::ok);
+      CHECK(x == 3);
+      CHECK(b.try_pull(x) == weft::channel_status::ok);
+      CHECK(x == 2);
+    } else {
+      CHECK(a.try_pull(x) == weft::channel_status::ok);
+      CHECK(x == 1);
+      CHECK(a.try_pull(x) == weft::channel_status::ok);
+      CHECK(x == 3);
+    }
+    CHECK(a.size() + b.size() == 0);
   }
 }

@@ -7,6 +7,9 @@
 // unlinks it, or, when it is firing right now, waits until its function returned; so
 // after timer_remove the node may go. Functions only request stops (which run stop
 // callbacks: those hand work on, they do not block), so one thread serves every pool.
+// A waiter that such a stop wakes, on an executor that refuses work because it shuts
+// down, is resumed on the timer thread itself once the function returned
+// (detail::refused_wakes), so that its wait still ends; the thread never terminates.
 #pragma once
 
 #include <chrono>

@@ -47,6 +47,21 @@ namespace weft::detail {
 /// Where a waiter stands in the stop protocol (see the file comment).
 enum class wait_state : std::uint8_t { idle, queued, done, stopped };
 
+struct waiter;
+
+/// Wake-ups that an executor refused (it shuts down), kept by a thread that resumes
+/// them itself once it is outside any stop callback: the timer thread
+/// (weft/detail/timer.hpp), which must not end the process because a deadline fired
+/// while a pool finished its last work. Linked through waiter::m_next. Not thread-safe:
+/// one per thread.
+struct refused_wakes {
+  waiter* m_first = nullptr;
+  waiter* m_last = nullptr;
+};
+
+/// The calling thread's refused_wakes, or null where a refused wake-up terminates.
+inline thread_local refused_wakes* t_refused_wakes = nullptr;
+
 /// One suspended coroutine or blocked thread. Not thread-safe: guarded by the lock of
 /// the primitive whose list holds it.
 ///
@@ -105,6 +120,12 @@ struct waiter {
     try {
       ex->schedule(h, m_prio);
     } catch (...) {
+      if (refused_wakes* r = t_refused_wakes) {  // this thread resumes it later itself
+        m_next = nullptr;
+        (r->m_last != nullptr ? r->m_last->m_next : r->m_first) = this;
+        r->m_last = this;
+        return;
+      }
       // The waiter's executor is gone or stopping: nothing can run it any more.
       std::fputs(
           "weft: a woken waiter's executor no longer accepts work (destroy executors only after "
@@ -114,6 +135,16 @@ struct waiter {
     }
   }
 };
+
+/// Resumes, on the calling thread, every wake-up collected in `r` (also those refused
+/// while it runs them), oldest first. Call outside any lock and stop callback.
+inline void resume_refused(refused_wakes& r) noexcept {
+  while (waiter* w = r.m_first) {
+    r.m_first = w->m_next;
+    if (r.m_first == nullptr) r.m_last = nullptr;
+    std::coroutine_handle<>::from_address(w->m_frame).resume();  // the node may go here
+  }
+}
 
 /// Blocks the calling plain thread on `s` (publishing local work first when called on
 /// an executor's thread, which then cannot run anything else meanwhile).

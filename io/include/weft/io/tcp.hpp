@@ -334,7 +334,9 @@ class tcp_listener {
 /// linked timeout: no extra thread, no extra submission.
 /// `a` must be an rvalue (the operation as made, or std::move of a named one): it is
 /// moved into the result, so an lvalue does not compile rather than being emptied
-/// unseen. The result is awaitable from any thread, like `a`.
+/// unseen. The result is awaitable from any thread, like `a`. Not weft::with_timeout
+/// (weft/timeout.hpp, a timeout_result{ec, value}): qualify the call where both
+/// namespaces are imported (unqualified, it is ambiguous).
 template <class Awaitable, class Rep, class Period>
   requires(!std::is_lvalue_reference_v<Awaitable> && std::remove_cvref_t<Awaitable>::k_linked_timeout_ok)
 std::remove_cvref_t<Awaitable> with_timeout(Awaitable&& a, std::chrono::duration<Rep, Period> d) {

@@ -143,7 +143,9 @@ class [[nodiscard]] timeout_op {
 /// the cancellation run on the operation's I/O thread, and the task resumes on the
 /// executor it awaited from. Asio's rule still holds: no other operation may be
 /// started on the same object concurrently. A stop of the awaiting task's token cancels
-/// the operation as well (weft::io::error::cancelled).
+/// the operation as well (weft::io::error::cancelled). Not weft::with_timeout
+/// (weft/timeout.hpp, a timeout_result{ec, value}): qualify the call where both
+/// namespaces are imported (unqualified, it is ambiguous).
 template <asio_operation Op, class Rep, class Period>
 auto with_timeout(Op&& op, std::chrono::duration<Rep, Period> d) {
   using op_t = std::remove_cvref_t<Op>;
