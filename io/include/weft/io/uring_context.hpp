@@ -98,6 +98,10 @@ struct stop_watch {
   uring_impl* m_ring = nullptr;  // the ring the operation runs on (set when it starts)
   uring_op* m_op = nullptr;
   loop_call m_call;  // the cancel, queued to the loop by the callback
+  // m_ring's list of registered watches (its loop thread only): the ring's destruction
+  // unregisters those of abandoned operations, so a later stop cannot reach the ring.
+  stop_watch* m_prev = nullptr;
+  stop_watch* m_next = nullptr;
 
   stop_watch() = default;
   // Moved only before the operation starts (with_timeout / with_cancel return the
