@@ -638,11 +638,11 @@ void uring_access::invoke(uring_impl& r, loop_call& call) noexcept {
 namespace detail {
 
 bool uring_awaitable::suspend(std::coroutine_handle<> h) {
+  // Under a token stopped already the operation is still started, and its watch fires as
+  // it registers: the cancel follows the SQE into the kernel, so what the kernel does
+  // without waiting (data there, room to send, a connection queued) is done, and a wait
+  // is cut short (weft/stop.hpp), as over Asio.
   if (m_watch.m_token.stop_possible()) {
-    if (m_watch.m_token.stop_requested()) {  // nothing started: nothing to cancel
-      m_op.m_res = -ECANCELED;
-      return false;
-    }
     m_watch.m_op = &m_op;
     m_op.m_watch = &m_watch;
   }

@@ -208,8 +208,9 @@ namespace detail {
 
 /// The common awaitable of a ring operation: submit on suspend, result on resume. It
 /// watches the stop token of the weft task awaiting it (or the one with_cancel gave):
-/// a stop ends it with std::errc::operation_canceled; a token stopped before the
-/// operation starts ends it at once, without submitting anything.
+/// a stop ends it with std::errc::operation_canceled. Under a token stopped before it
+/// starts it is still submitted and cancelled at once: it completes only if the kernel
+/// can finish it without waiting (weft/stop.hpp).
 class uring_awaitable {
  public:
   explicit uring_awaitable(uring_context& ctx) noexcept : m_ctx(&ctx) {}
