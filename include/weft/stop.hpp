@@ -26,7 +26,13 @@
 //     barrier arrive_and_wait() (the arrival is withdrawn): weft::cancelled, nothing
 //     taken.
 // A wait that need not suspend (an element is there, the mutex is free) completes even
-// under a stopped token: only waiting is cut short. Blocking forms for plain threads
+// under a stopped token: only waiting is cut short. I/O follows the same rule on both
+// backends: under a stopped token an operation is still started and then cancelled at
+// once, so what the kernel can do without waiting (data already there, room in the send
+// buffer) is done, and the rest ends with operation_canceled. A last write that must
+// not be cut short (a 503, a flush, a TLS close_notify) watches an empty token instead
+// of the task's: `co_await weft::io::with_cancel(s.write_all(buf, n), std::stop_token{})`
+// (io/README.md, "Cancellation and stop tokens"). Blocking forms for plain threads
 // (pull_wait, lock_wait, ...) run under no token. Joins do not end early: awaiting a
 // task, a fork, a fiber handle, a scope's join() or next() waits for work that runs
 // on, which the same stop reaches when it runs under that token (a scope's children

@@ -299,7 +299,9 @@ bool on_accept_cqe(uring_op& op, int res, unsigned flags) {
         cancel_accept(*st);
       }
     }
-  } else if (!st->m_closing && !st->m_waiters.empty()) {
+  } else if (!st->m_closing && !(st->m_pausing && res == -ECANCELED) && !st->m_waiters.empty()) {
+    // A paused accept's own cancel is no failure of the accept() that came meanwhile:
+    // the last CQE below arms it again.
     wake = st->m_waiters.front();  // e.g. EMFILE: that accept() reports it
     st->m_waiters.pop_front();
     wake->m_res = res;
@@ -318,6 +320,15 @@ bool on_accept_cqe(uring_op& op, int res, unsigned flags) {
   return false;
 }
 
+// The last waiter was withdrawn (a stop, with_cancel): nobody is left to serve what the
+// armed accept would take, so it is cancelled as a full m_ready pauses it (a draining
+// server's listeners stop taking connections); the next accept() arms it again.
+void pause_when_unwanted(listener_state& st) {
+  if (!st.m_waiters.empty() || !st.m_armed || st.m_pausing || st.m_closing) return;
+  st.m_pausing = true;
+  cancel_accept(st);
+}
+
 // An accept() whose stop token fired (loop thread): ends it if it still waits.
 bool cancel_accept_waiter(uring_op& op) {
   auto* st = static_cast<listener_state*>(op.m_arg);
@@ -325,6 +336,7 @@ bool cancel_accept_waiter(uring_op& op) {
   if (it == st->m_waiters.end()) return false;
   st->m_waiters.erase(it);
   op.m_res = -ECANCELED;
+  pause_when_unwanted(*st);
   return true;
 }
 

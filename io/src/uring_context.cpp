@@ -134,6 +134,10 @@ uring_impl::uring_impl(uring_context& owner, const uring_options& options, bool 
 }
 
 uring_impl::~uring_impl() {
+  // The loop has ended (its thread joined, or the io_pool's workers): what is still
+  // watched belongs to abandoned operations. Unregistered first, since a callback running
+  // now on another thread posts its cancel here, under m_mutex.
+  unwatch_all();
   // A thread that queued the last call or task may still be inside post_call or
   // post_ready (it wakes the loop under the lock): wait until it is out.
   {
@@ -240,7 +244,7 @@ void cancel_watched(void* p) {  // loop thread: the queued call of a fired watch
     if (op.m_kind == op_kind::custom) {
       if (op.m_cancel != nullptr && op.m_cancel(op)) {  // it ended here, with m_res set
         w.m_main_done = true;
-        w.m_callback.reset();  // it ran already: nothing to wait for
+        w.m_ring->unwatch(w);  // it ran already: nothing to wait for
         --op.m_pending;        // the operation's own count
       }
     } else {
@@ -265,16 +269,35 @@ void stop_watch::fire::operator()() const noexcept {
 void uring_impl::watch_begin(uring_op& op) {
   stop_watch* w = op.m_watch;
   if (w == nullptr) return;
-  ++op.m_pending;                                          // the registration's count
-  w->m_ring = t_loop;                                      // where the operation runs: its cancel must run there too
+  ++op.m_pending;      // the registration's count
+  w->m_ring = t_loop;  // where the operation runs: its cancel must run there too
+  w->m_prev = nullptr;
+  w->m_next = t_loop->m_watches;
+  if (w->m_next != nullptr) w->m_next->m_prev = w;
+  t_loop->m_watches = w;
   w->m_callback.emplace(w->m_token, stop_watch::fire{w});  // fires at once when stopped meanwhile
+}
+
+void uring_impl::unwatch(stop_watch& w) noexcept {
+  w.m_callback.reset();  // waits for a callback running on another thread
+  if (w.m_prev != nullptr) {
+    w.m_prev->m_next = w.m_next;
+  } else if (m_watches == &w) {
+    m_watches = w.m_next;
+  }
+  if (w.m_next != nullptr) w.m_next->m_prev = w.m_prev;
+  w.m_prev = w.m_next = nullptr;
+}
+
+void uring_impl::unwatch_all() noexcept {
+  while (m_watches != nullptr) unwatch(*m_watches);
 }
 
 void uring_impl::watch_end(uring_op& op) noexcept {
   stop_watch* w = op.m_watch;
   if (w == nullptr || w->m_main_done) return;
   w->m_main_done = true;
-  w->m_callback.reset();  // waits for a callback running on another thread
+  w->m_ring->unwatch(*w);  // waits for a callback running on another thread
   // acquire: pairs with fire's release. Fired: its queued cancel drops the count.
   if (!w->m_fired.load(std::memory_order_acquire)) --op.m_pending;
 }
@@ -617,11 +640,11 @@ void uring_access::invoke(uring_impl& r, loop_call& call) noexcept {
 namespace detail {
 
 bool uring_awaitable::suspend(std::coroutine_handle<> h) {
+  // Under a token stopped already the operation is still started, and its watch fires as
+  // it registers: the cancel follows the SQE into the kernel, so what the kernel does
+  // without waiting (data there, room to send, a connection queued) is done, and a wait
+  // is cut short (weft/stop.hpp), as over Asio.
   if (m_watch.m_token.stop_possible()) {
-    if (m_watch.m_token.stop_requested()) {  // nothing started: nothing to cancel
-      m_op.m_res = -ECANCELED;
-      return false;
-    }
     m_watch.m_op = &m_op;
     m_op.m_watch = &m_watch;
   }

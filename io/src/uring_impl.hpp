@@ -59,6 +59,9 @@ class uring_impl final : public weft::detail::worker_reactor {
   /// The end of a custom operation (accept): watch_end, then its count; resumes the
   /// task when that was the last.
   static void finish_custom(uring_op& op) noexcept;
+  /// Unregisters `w`'s stop callback (waiting for one running on another thread) and
+  /// takes it off this ring's list of registered watches.
+  void unwatch(stop_watch& w) noexcept;
   void push_ready(std::coroutine_handle<> h, unsigned prio) { m_ready[prio].push_back(h.address()); }
 
   // ---- any thread --------------------------------------------------------------------------
@@ -104,6 +107,9 @@ class uring_impl final : public weft::detail::worker_reactor {
   void dispatch(std::uint64_t data, int res, unsigned flags, bool offer);
 
   void note_socket(int fd, std::uint64_t id) noexcept;
+  /// At destruction: unregisters the callbacks of operations abandoned in flight, whose
+  /// tokens may be stopped later (their frames live on; this ring does not).
+  void unwatch_all() noexcept;
 
   io_uring m_ring{};
   // By fd number: the socket identity of the last operation prepared on it (0: none).
@@ -111,6 +117,7 @@ class uring_impl final : public weft::detail::worker_reactor {
   int m_eventfd = -1;
   std::uint64_t m_eventfd_value = 0;
   std::vector<std::deque<void*>> m_ready;  // loop thread: one queue per priority
+  stop_watch* m_watches = nullptr;         // loop thread: watches with a registered callback
 
   std::mutex m_mutex;                   // guards the members below
   loop_call* m_calls = nullptr;         // queued calls, oldest first

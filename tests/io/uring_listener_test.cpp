@@ -12,13 +12,16 @@
 #include <weft/weft.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <stop_token>
 #include <thread>
 #include <vector>
 
+#include "bounded_wait.hpp"
 #include "io_support.hpp"
 
 using namespace std::chrono_literals;
@@ -181,4 +184,74 @@ TEST_CASE("uring: listeners with reuse_port share one port, and the kernel sprea
   CHECK(na > 0);  // 64 connections from distinct ports: both get some (the kernel hashes the 4-tuple)
   CHECK(nb > 0);
   for (int c : clients) ::close(c);
+}
+
+namespace {
+
+weft::task<void> accept_once(tcp_listener& l, std::stop_token tok, std::error_code& got, std::atomic<int>& done) {
+  auto r = co_await weft::io::with_cancel(l.accept(), std::move(tok));
+  got = r.ec;
+  done.store(1, std::memory_order_release);
+}
+
+/// A listener whose one accept() (awaited on `ex`) was stopped while it waited; then
+/// `k_clients` clients connect. Returns the descriptors the process gained beyond the
+/// clients' own sockets (connections the listener took with nobody to serve them), and
+/// checks that a later accept() still gets every client.
+std::size_t taken_after_stop(weft::io::uring_context& io, weft::executor& ex, weft::thread_pool* pool) {
+  constexpr int k_backlog = 8;
+  constexpr std::size_t k_clients = 8;
+  tcp_listener l(io, 0);
+  REQUIRE_FALSE(l.listen(endpoint::loopback(0), k_backlog));
+  const endpoint ep = l.local_endpoint();
+  std::stop_source stop;
+  std::atomic<int> done{0};
+  std::error_code got;
+  weft::post(ex, accept_once(l, stop.get_token(), got, done));
+  if (pool != nullptr) REQUIRE(weft_test::drain_one_worker_pool(*pool));  // handed to the loop
+  weft_io_test::round_trip(io);                                           // waiting in accept
+  stop.request_stop();
+  REQUIRE(weft_test::eventually([&] { return done.load(std::memory_order_acquire) == 1; }));
+  CHECK(got == std::errc::operation_canceled);
+
+  const std::size_t before = weft_io_test::fd_count();
+  std::vector<int> clients;
+  for (std::size_t i = 0; i < k_clients; ++i) {
+    clients.push_back(start_connect(ep));
+    REQUIRE(clients.back() >= 0);
+  }
+  // Two turns of the loop, in which an armed accept takes what the kernel queued.
+  weft_io_test::round_trip(io);
+  weft_io_test::round_trip(io);
+  const std::size_t taken = weft_io_test::fd_count() - before - k_clients;
+  // Nothing lost: accept() gets every client.
+  std::vector<std::uint16_t> want;
+  for (int fd : clients) want.push_back(local_port(fd));
+  auto ports = accept_n(io, l, k_clients);
+  std::sort(ports.begin(), ports.end());
+  std::sort(want.begin(), want.end());
+  CHECK(ports == want);
+  for (int fd : clients) ::close(fd);
+  return taken;
+}
+
+}  // namespace
+
+TEST_CASE("uring: a listener whose waiting accept() was stopped takes no connection for nobody", "[io][uring]") {
+  SECTION("uring_context: accept on its loop") {
+    auto io = weft_io_test::make_uring_or_skip();
+    if (!io) return;
+    CHECK(taken_after_stop(*io, *io, nullptr) == 0);
+  }
+  SECTION("uring_context: accept from a thread_pool") {
+    auto io = weft_io_test::make_uring_or_skip();
+    if (!io) return;
+    weft::thread_pool pool{{.threads = 1}};
+    CHECK(taken_after_stop(*io, pool, &pool) == 0);
+  }
+  SECTION("io_pool") {
+    auto io = weft_io_test::make_io_pool_or_skip(1);
+    if (!io) return;
+    CHECK(taken_after_stop(*io, *io, nullptr) == 0);
+  }
 }

@@ -106,6 +106,10 @@ struct stop_watch {
   uring_impl* m_ring = nullptr;  // the ring the operation runs on (set when it starts)
   uring_op* m_op = nullptr;
   loop_call m_call;  // the cancel, queued to the loop by the callback
+  // m_ring's list of registered watches (its loop thread only): the ring's destruction
+  // unregisters those of abandoned operations, so a later stop cannot reach the ring.
+  stop_watch* m_prev = nullptr;
+  stop_watch* m_next = nullptr;
 
   stop_watch() = default;
   // Moved only before the operation starts (with_timeout / with_cancel return the
@@ -213,8 +217,9 @@ namespace detail {
 
 /// The common awaitable of a ring operation: submit on suspend, result on resume. It
 /// watches the stop token of the weft task awaiting it (or the one with_cancel gave):
-/// a stop ends it with std::errc::operation_canceled; a token stopped before the
-/// operation starts ends it at once, without submitting anything.
+/// a stop ends it with std::errc::operation_canceled. Under a token stopped before it
+/// starts it is still submitted and cancelled at once: it completes only if the kernel
+/// can finish it without waiting (weft/stop.hpp).
 class uring_awaitable {
  public:
   explicit uring_awaitable(uring_context& ctx) noexcept : m_ctx(&ctx) {}
