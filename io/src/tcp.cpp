@@ -118,7 +118,10 @@ std::uint64_t new_socket_id() noexcept {
   return next.fetch_add(1, std::memory_order_relaxed);  // only uniqueness matters
 }
 
-io_result byte_result(const uring_op& op, bool zero_is_eof) noexcept {
+io_result byte_result(const uring_op& op, bool zero_is_eof, bool closed) noexcept {
+  // Closed locally: the shutdown ended it (a receive with 0, a send with EPIPE), which
+  // says nothing of the peer; as on the Asio backend, it was cancelled.
+  if (closed && op.m_res <= 0 && !op.m_timed_out) return {make_error_code(error::cancelled), 0};
   if (op.m_res < 0) return {failure(op), 0};
   if (op.m_res == 0 && zero_is_eof) return {make_error_code(error::eof), 0};
   return {{}, static_cast<std::size_t>(op.m_res)};
@@ -131,21 +134,21 @@ std::error_code status_result(const uring_op& op) noexcept {
 
 // ---- read_some / write_some / write_all --------------------------------------------------
 
-transfer_awaitable::transfer_awaitable(uring_context& ctx, op_kind kind, int fd, std::uint64_t socket, void* buf,
+transfer_awaitable::transfer_awaitable(uring_context& ctx, op_kind kind, descriptor* d, std::uint64_t socket, void* buf,
                                        std::size_t len) noexcept
-    : uring_awaitable(ctx) {
+    : socket_awaitable(ctx, d) {
   m_op.m_kind = kind;
-  m_op.m_fd = fd;
+  m_op.m_fd = d != nullptr ? d->fd() : -1;
   m_op.m_socket = socket;
   m_op.m_buf = buf;
   m_op.m_len = clamp_len(len);
 }
 
-write_all_awaitable::write_all_awaitable(uring_context& ctx, int fd, std::uint64_t socket, const void* buf,
+write_all_awaitable::write_all_awaitable(uring_context& ctx, descriptor* d, std::uint64_t socket, const void* buf,
                                          std::size_t len) noexcept
-    : uring_awaitable(ctx), m_total(len) {
+    : socket_awaitable(ctx, d), m_total(len) {
   m_op.m_kind = op_kind::send;
-  m_op.m_fd = fd;
+  m_op.m_fd = d != nullptr ? d->fd() : -1;
   m_op.m_socket = socket;
   m_op.m_buf = const_cast<void*>(buf);
   m_op.m_len = clamp_len(len);
@@ -170,6 +173,7 @@ bool write_all_awaitable::on_cqe(uring_op& op, int res, unsigned) {
 
 io_result write_all_awaitable::await_resume() const noexcept {
   if (m_stopped) return {make_error_code(error::cancelled), m_done};
+  if (m_desc.closed() && m_done < m_total && !m_op.m_timed_out) return {make_error_code(error::cancelled), m_done};
   if (m_op.m_res < 0) return {failure(m_op), m_done};
   if (m_op.m_res == 0 && m_done < m_total) return {errno_code(EPIPE), m_done};
   return {{}, m_done};
@@ -179,7 +183,7 @@ io_result write_all_awaitable::await_resume() const noexcept {
 
 connect_awaitable::connect_awaitable(uring_context& ctx, tcp_stream& stream, const endpoint& to,
                                      std::error_code early) noexcept
-    : uring_awaitable(ctx), m_stream(&stream), m_to(to), m_early(early) {
+    : socket_awaitable(ctx, nullptr), m_stream(&stream), m_to(to), m_early(early) {
   if (m_early) return;
   if (m_to.empty() || m_to.port() == 0) {
     m_early = std::make_error_code(std::errc::invalid_argument);
@@ -194,7 +198,11 @@ bool connect_awaitable::open_socket() {
     m_early = errno_code(errno);
     return false;
   }
-  m_stream->adopt(fd);
+  if (!m_stream->adopt(fd)) {
+    m_early = std::make_error_code(std::errc::not_enough_memory);
+    return false;
+  }
+  m_desc = descriptor_ref(m_stream->m_desc);
   m_op.m_kind = op_kind::connect;
   m_op.m_fd = fd;
   m_op.m_socket = m_stream->socket_id();
@@ -206,6 +214,7 @@ bool connect_awaitable::open_socket() {
 std::error_code connect_awaitable::await_resume() const noexcept {
   if (m_early) return m_early;
   std::error_code ec = status_result(m_op);
+  if (m_desc.closed() && !m_op.m_timed_out) ec = make_error_code(error::cancelled);
   if (ec) m_stream->close();  // the stream can try again
   return ec;
 }
@@ -409,7 +418,9 @@ accept_awaitable::accept_awaitable(uring_context& ctx, listener_state* st) noexc
 
 accept_result accept_awaitable::await_resume() const noexcept {
   if (m_op.m_res < 0) return {errno_code(-m_op.m_res), tcp_stream(*m_ctx)};
-  return {{}, tcp_stream(*m_ctx, m_op.m_res)};
+  tcp_stream s(*m_ctx, m_op.m_res);
+  if (!s.is_open()) return {std::make_error_code(std::errc::not_enough_memory), std::move(s)};  // closed it
+  return {{}, std::move(s)};
 }
 
 }  // namespace detail
@@ -423,8 +434,31 @@ tcp_stream& tcp_stream::operator=(tcp_stream&& o) noexcept {
     // Identity before fd: a cancel() reading the pair in between sees no socket.
     m_id.store(o.m_id.load(std::memory_order_relaxed), std::memory_order_relaxed);
     m_fd.store(o.m_fd.exchange(-1, std::memory_order_relaxed), std::memory_order_relaxed);
+    if (m_desc != nullptr) m_desc->drop_ref();
+    m_desc = std::exchange(o.m_desc, nullptr);
   }
   return *this;
+}
+
+bool tcp_stream::adopt(int fd) noexcept {
+  if (m_desc != nullptr) std::exchange(m_desc, nullptr)->drop_ref();  // closed already: nothing is open
+  if (fd >= 0) {
+    m_desc = detail::descriptor::make(fd);
+    if (m_desc == nullptr) {
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  m_id.store(fd >= 0 ? detail::new_socket_id() : 0, std::memory_order_relaxed);
+  m_fd.store(fd, std::memory_order_relaxed);
+  return fd >= 0;
+}
+
+int tcp_stream::release() noexcept {
+  m_id.store(0, std::memory_order_relaxed);
+  const int fd = m_fd.exchange(-1, std::memory_order_relaxed);
+  if (fd >= 0) m_desc->release();
+  return fd;
 }
 
 detail::connect_awaitable tcp_stream::connect(const endpoint& to) { return {*m_ctx, *this, to, {}}; }
@@ -469,10 +503,10 @@ void tcp_stream::cancel() {
 }
 
 void tcp_stream::close() noexcept {
-  const int fd = m_fd.exchange(-1, std::memory_order_relaxed);
-  if (fd < 0) return;
-  ::shutdown(fd, SHUT_RDWR);  // ends reads still in flight (they hold the file open)
-  ::close(fd);
+  // One caller wins the fd (a reader and a writer task may both close); the descriptor
+  // closes the number once no operation of it can reach the kernel.
+  if (m_fd.exchange(-1, std::memory_order_relaxed) < 0) return;
+  m_desc->close();
 }
 
 std::error_code tcp_stream::set_no_delay(bool on) noexcept {

@@ -27,6 +27,7 @@
 #include <utility>
 
 #include "weft/io/cancel.hpp"
+#include "weft/io/detail/descriptor.hpp"
 #include "weft/io/error.hpp"
 #include "weft/io/uring_context.hpp"
 
@@ -75,31 +76,54 @@ class tcp_stream;
 
 namespace detail {
 
-/// The result of a ring operation that yields a byte count.
-io_result byte_result(const uring_op& op, bool zero_is_eof) noexcept;
+/// The result of a ring operation that yields a byte count; `closed`: its socket was
+/// closed locally meanwhile (then anything but data is error::cancelled).
+io_result byte_result(const uring_op& op, bool zero_is_eof, bool closed = false) noexcept;
 /// The error_code of a ring operation that yields nothing else.
 std::error_code status_result(const uring_op& op) noexcept;
 /// A new socket identity (never 0, never reused in the process): what tcp_stream::cancel
 /// names its target by, since a closed socket's fd number is soon another socket's.
 std::uint64_t new_socket_id() noexcept;
 
-/// read_some / write_some: one recv or send.
-class transfer_awaitable : public uring_awaitable {
+/// An operation on a socket: holds the socket's descriptor (weft/io/detail/descriptor.hpp),
+/// so that its fd number stays open until the operation ended, and an operation awaited
+/// after its socket was closed (or moved over) ends at once without reaching the kernel.
+class socket_awaitable : public uring_awaitable {
  public:
-  transfer_awaitable(uring_context& ctx, op_kind kind, int fd, std::uint64_t socket, void* buf,
+  socket_awaitable(uring_context& ctx, descriptor* d) noexcept : uring_awaitable(ctx), m_desc(d) {}
+  template <class Promise>
+  bool await_suspend(std::coroutine_handle<Promise> h) {
+    if (const int err = m_desc.begin(); err != 0) {  // closed, or no socket: never submitted
+      m_op.m_res = -err;
+      return false;
+    }
+    return uring_awaitable::await_suspend(h);
+  }
+
+ protected:
+  descriptor_ref m_desc;
+};
+
+/// read_some / write_some: one recv or send.
+class transfer_awaitable : public socket_awaitable {
+ public:
+  transfer_awaitable(uring_context& ctx, op_kind kind, descriptor* d, std::uint64_t socket, void* buf,
                      std::size_t len) noexcept;
   static constexpr bool k_linked_timeout_ok = true;  // with_timeout applies
-  io_result await_resume() const noexcept { return byte_result(m_op, m_op.m_kind == op_kind::recv && m_op.m_len > 0); }
+  io_result await_resume() const noexcept {
+    return byte_result(m_op, m_op.m_kind == op_kind::recv && m_op.m_len > 0, m_desc.closed());
+  }
 };
 
 /// write_all: sends again after a partial send, on the loop thread, until all is sent.
-class write_all_awaitable : public uring_awaitable {
+class write_all_awaitable : public socket_awaitable {
  public:
-  write_all_awaitable(uring_context& ctx, int fd, std::uint64_t socket, const void* buf, std::size_t len) noexcept;
+  write_all_awaitable(uring_context& ctx, descriptor* d, std::uint64_t socket, const void* buf,
+                      std::size_t len) noexcept;
   template <class Promise>
   bool await_suspend(std::coroutine_handle<Promise> h) {
     m_op.m_arg = this;  // here, not earlier: the awaitable may have been moved since
-    return uring_awaitable::await_suspend(h);
+    return socket_awaitable::await_suspend(h);
   }
   io_result await_resume() const noexcept;
 
@@ -111,7 +135,7 @@ class write_all_awaitable : public uring_awaitable {
 };
 
 /// connect: makes the socket (synchronously), then an io_uring connect.
-class connect_awaitable : public uring_awaitable {
+class connect_awaitable : public socket_awaitable {
  public:
   connect_awaitable(uring_context& ctx, tcp_stream& stream, const endpoint& to, std::error_code early) noexcept;
   static constexpr bool k_linked_timeout_ok = true;  // with_timeout applies
@@ -119,7 +143,7 @@ class connect_awaitable : public uring_awaitable {
   template <class Promise>
   bool await_suspend(std::coroutine_handle<Promise> h) {
     if (!open_socket()) return false;  // m_early says why
-    return uring_awaitable::await_suspend(h);
+    return socket_awaitable::await_suspend(h);
   }
   std::error_code await_resume() const noexcept;
 
@@ -150,12 +174,16 @@ class tcp_stream {
   tcp_stream(tcp_stream&& o) noexcept
       : m_ctx(o.m_ctx),
         m_fd(o.m_fd.exchange(-1, std::memory_order_relaxed)),
-        m_id(o.m_id.load(std::memory_order_relaxed)) {}
+        m_id(o.m_id.load(std::memory_order_relaxed)),
+        m_desc(std::exchange(o.m_desc, nullptr)) {}
   /// Closes this stream's socket, if any (as close()), then takes over `o`'s socket and
   /// context; `o` is left without a socket.
   tcp_stream& operator=(tcp_stream&& o) noexcept;
   /// Closes the socket, if any (as close()).
-  ~tcp_stream() { close(); }
+  ~tcp_stream() {
+    close();
+    if (m_desc != nullptr) m_desc->drop_ref();
+  }
 
   /// Connects to `to`: `std::error_code ec = co_await s.connect(ep)`. Errors:
   /// connection_refused, invalid_argument (empty endpoint or port 0), already_connected
@@ -167,15 +195,15 @@ class tcp_stream {
   /// Receives up to `len` bytes: {ec, n}; ec is error::eof when the peer closed its end,
   /// connection_reset when it reset the connection.
   detail::transfer_awaitable read_some(void* buf, std::size_t len) noexcept {
-    return {*m_ctx, detail::op_kind::recv, native_handle(), socket_id(), buf, len};
+    return {*m_ctx, detail::op_kind::recv, m_desc, socket_id(), buf, len};
   }
   /// Sends up to `len` bytes (one send; never raises SIGPIPE): {ec, n}.
   detail::transfer_awaitable write_some(const void* buf, std::size_t len) noexcept {
-    return {*m_ctx, detail::op_kind::send, native_handle(), socket_id(), const_cast<void*>(buf), len};
+    return {*m_ctx, detail::op_kind::send, m_desc, socket_id(), const_cast<void*>(buf), len};
   }
   /// Sends all `len` bytes (as many sends as it takes): {ec, bytes sent}.
   detail::write_all_awaitable write_all(const void* buf, std::size_t len) noexcept {
-    return {*m_ctx, native_handle(), socket_id(), buf, len};
+    return {*m_ctx, m_desc, socket_id(), buf, len};
   }
 
   /// read_some into a span of any trivially copyable elements (`std::span(buf)` for an
@@ -208,8 +236,13 @@ class tcp_stream {
   /// closed (it then does nothing). Asynchronous (handed to the loop).
   /// Needs Linux 5.19 (IORING_ASYNC_CANCEL_FD): on older kernels it has no effect.
   void cancel();
-  /// Closes the socket. Reads still in flight end (with eof): the socket is shut down
-  /// first. Idempotent. Synchronous.
+  /// Closes the socket. Operations in flight on it, and those created before and awaited
+  /// after, end with error::cancelled (as on the Asio backend; a transfer that moved
+  /// bytes first reports them): the socket is shut down at once, and its fd number is
+  /// closed only once no operation of it can reach the kernel any more, so a read or
+  /// write never lands on another socket that reuses the number. Idempotent; may be
+  /// called while another thread's read or write on this stream is in flight (a duplex
+  /// handler), not while another member function runs. Synchronous.
   void close() noexcept;
   /// Sets TCP_NODELAY. Synchronous.
   std::error_code set_no_delay(bool on) noexcept;
@@ -221,20 +254,16 @@ class tcp_stream {
   /// The uring_context its operations run on.
   uring_context& context() const noexcept { return *m_ctx; }
   /// Gives the socket up without closing it: returns its fd (-1 without one), which the
-  /// caller now owns; the stream is left without a socket. Must not race with
-  /// operations in flight on it.
-  int release() noexcept {
-    m_id.store(0, std::memory_order_relaxed);
-    return m_fd.exchange(-1, std::memory_order_relaxed);
-  }
+  /// caller now owns; the stream is left without a socket, and operations created before
+  /// and awaited after end with error::cancelled. Must not race with operations in
+  /// flight on it.
+  int release() noexcept;
 
  private:
   friend class detail::connect_awaitable;  // makes the socket it connects
-  // Takes the socket `fd` (-1: none) under a new socket identity.
-  void adopt(int fd) noexcept {
-    m_id.store(fd >= 0 ? detail::new_socket_id() : 0, std::memory_order_relaxed);
-    m_fd.store(fd, std::memory_order_relaxed);
-  }
+  // Takes the socket `fd` (-1: none) under a new socket identity and descriptor; false
+  // (fd closed, the stream left without a socket) when the descriptor cannot be made.
+  bool adopt(int fd) noexcept;
   // The identity of the socket it holds (0 without one).
   std::uint64_t socket_id() const noexcept { return m_id.load(std::memory_order_relaxed); }
 
@@ -243,6 +272,10 @@ class tcp_stream {
   // across a change still names one socket or none, see uring_impl::cancel_socket).
   std::atomic<int> m_fd{-1};
   std::atomic<std::uint64_t> m_id{0};
+  // The socket's owner, shared with its operations; kept through close() (operations
+  // created on other threads meanwhile still find it, closed), replaced by adopt() and
+  // move assignment, dropped by the destructor.
+  detail::descriptor* m_desc = nullptr;
 };
 
 /// What tcp_listener::accept() yields: `auto [ec, stream] = co_await listener.accept()`.
