@@ -39,6 +39,7 @@ namespace {
 constexpr int k_budget = 64;  // ready tasks per turn before completions get a look
 constexpr unsigned k_reap_batch = 256;
 constexpr unsigned k_offer_behind = 16;  // see reap()
+constexpr int k_submit_tries = 1000;     // failed submissions with a full ring before free_sqe gives up
 
 constinit thread_local uring_impl* t_loop = nullptr;
 
@@ -155,12 +156,27 @@ uring_impl::~uring_impl() {
 
 uring_impl* uring_impl::current() noexcept { return t_loop; }
 
-io_uring_sqe* uring_impl::sqe() {
+io_uring_sqe* uring_impl::free_sqe() noexcept {
   io_uring_sqe* s = io_uring_get_sqe(&m_ring);
-  while (s == nullptr) {
-    io_uring_submit(&m_ring);  // full: hand what we have to the kernel, then retry
+  for (int failures = 0; s == nullptr;) {
+    // Full: hand what we have to the kernel, then retry. A submission that keeps failing
+    // (the kernel refuses io_uring_enter) would never free a slot: give up, loudly.
+    const int r = io_uring_submit(&m_ring);
+    if (r < 0 && ++failures >= k_submit_tries) {
+      std::fprintf(stderr,
+                   "weft::io::uring_context: the submission queue is full and io_uring_submit failed %d times "
+                   "(last: %s): aborting\n",
+                   failures, std::strerror(-r));
+      std::abort();
+    }
+    if (r < 0) std::this_thread::yield();
     s = io_uring_get_sqe(&m_ring);
   }
+  return s;
+}
+
+io_uring_sqe* uring_impl::sqe() {
+  io_uring_sqe* s = free_sqe();
   ++m_inflight;  // every SQE but the eventfd read (arm_wake) ends with one last CQE
   return s;
 }
@@ -345,11 +361,7 @@ void uring_impl::stop() {
 }
 
 void uring_impl::arm_wake() {
-  io_uring_sqe* s = io_uring_get_sqe(&m_ring);
-  while (s == nullptr) {
-    io_uring_submit(&m_ring);
-    s = io_uring_get_sqe(&m_ring);
-  }
+  io_uring_sqe* s = free_sqe();
   io_uring_prep_read(s, m_eventfd, &m_eventfd_value, sizeof m_eventfd_value, 0);
   io_uring_sqe_set_data64(s, k_wake_data);
 }

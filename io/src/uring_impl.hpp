@@ -37,7 +37,9 @@ class uring_impl final : public weft::detail::worker_reactor {
   static uring_impl* current() noexcept;
 
   // ---- loop thread only ----------------------------------------------------------------
-  /// A free SQE; submits what is queued first when the ring is full. Never null.
+  /// A free SQE; submits what is queued first when the ring is full. Never null: when
+  /// the ring stays full because io_uring_submit keeps failing (1,000 times in a row),
+  /// prints why and aborts rather than spin forever.
   io_uring_sqe* sqe();
   /// Prepares op's SQE (and its linked timeout); its CQE resumes it. `count`: set the
   /// completions the task waits for (a new operation); false for an operation that
@@ -96,6 +98,7 @@ class uring_impl final : public weft::detail::worker_reactor {
  private:
   void loop();
   void arm_wake();
+  io_uring_sqe* free_sqe() noexcept;  // sqe() without the count (arm_wake's eventfd read)
   void enable_here();
   void wake_if_sleeping(std::unique_lock<std::mutex>& lock);
   bool run_calls();

@@ -2,8 +2,15 @@
 // classify eof, reset, refused, cancelled and timed out alike over io_uring and over
 // Asio (whose codes use_task translates). The io_uring half is skipped (with a WARN
 // naming the cause) where io_uring is unavailable.
+#include <fcntl.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <asio.hpp>
@@ -12,6 +19,8 @@
 #include <weft/weft.hpp>
 
 #include <chrono>
+#include <cstddef>
+#include <cstdint>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -168,4 +177,51 @@ TEST_CASE("io errors: one handler classifies every outcome alike over io_uring a
   INFO("io_uring: " << names(uring_got));
   CHECK(uring_got == k_expected);
   CHECK(uring_got == asio_got);
+}
+
+namespace {
+
+// For a child process: from now on io_uring_enter fails with EPERM in every thread of it
+// (the rings already made stay; nothing more can be submitted).
+bool forbid_io_uring_enter() {
+  sock_filter filter[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, static_cast<std::uint32_t>(offsetof(seccomp_data, nr))),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_enter, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  sock_fprog prog{static_cast<unsigned short>(sizeof filter / sizeof filter[0]), filter};
+  return ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 &&
+         ::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &prog) == 0;
+}
+
+weft::task<void> sleep_an_hour(weft::io::uring_context& io) {
+  (void)co_await weft::io::sleep_for(io, std::chrono::hours(1));
+}
+
+}  // namespace
+
+TEST_CASE("io errors: a full ring whose submissions keep failing aborts with a message instead of spinning",
+          "[io][uring]") {
+  if (WEFT_TSAN) return;  // a child forked from a threaded process starts threads: not under TSan
+  if (!weft_io_test::make_uring_or_skip()) return;
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::alarm(30);                 // a spinning loop ends with SIGALRM
+    ::signal(SIGABRT, SIG_DFL);  // not Catch2's handler: the parent reads the signal
+    if (const int null = ::open("/dev/null", O_WRONLY); null >= 0) ::dup2(null, 2);  // the loop's complaints
+    weft::io::uring_context io{{.entries = 8}};
+    weft_io_test::round_trip(io);  // the loop runs, and waits in the kernel
+    if (!forbid_io_uring_enter()) ::_exit(3);
+    for (int i = 0; i < 64; ++i) weft::post(io, sleep_an_hour(io));  // more SQEs in one turn than the ring holds
+    for (;;) ::pause();
+  }
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  INFO("child status " << status << (WIFSIGNALED(status) ? ", signal " : ", exit ")
+                       << (WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status)));
+  REQUIRE_FALSE((WIFEXITED(status) && WEXITSTATUS(status) == 3));  // the filter could not be set
+  CHECK(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == SIGABRT);
 }
