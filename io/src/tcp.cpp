@@ -246,7 +246,15 @@ struct listener_state {
   std::deque<int> m_ready;          // accepted connections nobody waited for yet
   std::deque<uring_op*> m_waiters;  // accept() calls waiting, FIFO
   loop_call m_close_call;           // tcp_listener::close hands the close to the loop
+  // The listener's reference (dropped when its close is done: finalize, or close_listener
+  // when nothing is armed) plus one per accept_awaitable; the last frees the state.
+  std::atomic<std::uint32_t> m_refs{1};
 };
+
+void drop_listener_ref(listener_state* st) noexcept {
+  // acq_rel: the loop's last touch of the state happens before the delete.
+  if (st->m_refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete st;
+}
 
 namespace {
 
@@ -283,7 +291,7 @@ void close_fds(listener_state* st) {
 
 void finalize(listener_state* st) {
   close_fds(st);
-  delete st;
+  drop_listener_ref(st);
 }
 
 // Every CQE of the accept SQE. Never "finishes" the op: the waiters are resumed here,
@@ -355,6 +363,10 @@ bool start_accept(uring_op& op) {
     op.m_res = -EBADF;
     return true;
   }
+  if (st->m_closing) {  // closed on its ring while this accept() was on its way there
+    op.m_res = -ECANCELED;
+    return true;
+  }
   if (!st->m_ready.empty()) {
     op.m_res = st->m_ready.front();
     st->m_ready.pop_front();
@@ -378,16 +390,17 @@ void close_listener(void* p) {
   } else {
     close_fds(st);
   }
-  // The waiting accept() calls fail last (a resumed task may run right here), taken one
-  // at a time: nothing to allocate. The state outlives them: its last CQE (armed) or
-  // the delete below frees it.
+  // The waiting accept() calls fail last, taken one at a time: nothing to allocate.
+  // Queued to their executors, never resumed here: close() may run under the caller's
+  // lock, which an accept loop resumed inline would then run under. Each holds a
+  // reference: the state outlives them.
   while (!st->m_waiters.empty()) {
     uring_op* const w = st->m_waiters.front();
     st->m_waiters.pop_front();
     w->m_res = -ECANCELED;
-    uring_impl::finish_custom(*w);
+    uring_impl::finish_custom_queued(*w);
   }
-  if (!armed) delete st;
+  if (!armed) drop_listener_ref(st);
 }
 
 /// tcp_stream::cancel from another thread: the queued call owns its node.
@@ -409,11 +422,21 @@ void discard_listener(void* p) { finalize(static_cast<listener_state*>(p)); }
 
 }  // namespace
 
-accept_awaitable::accept_awaitable(uring_context& ctx, listener_state* st) noexcept : uring_awaitable(ctx) {
+accept_awaitable::accept_awaitable(uring_context& ctx, listener_state* st) noexcept : uring_awaitable(ctx), m_hold(st) {
+  // relaxed: the listener's own reference keeps it alive here (accept() does not race
+  // with close()); the loop publishes nothing through the count.
+  if (st != nullptr) st->m_refs.fetch_add(1, std::memory_order_relaxed);
   m_op.m_kind = op_kind::custom;
   m_op.m_start = &start_accept;
   m_op.m_arg = st;
   if (st != nullptr) m_op.m_ring = st->m_ring;  // the listener's state is its ring's alone
+}
+
+accept_awaitable::accept_awaitable(accept_awaitable&& o) noexcept
+    : uring_awaitable(std::move(o)), m_hold(std::exchange(o.m_hold, nullptr)) {}
+
+accept_awaitable::~accept_awaitable() {
+  if (m_hold != nullptr) drop_listener_ref(m_hold);
 }
 
 accept_result accept_awaitable::await_resume() const noexcept {

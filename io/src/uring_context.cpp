@@ -323,6 +323,16 @@ void uring_impl::finish_custom(uring_op& op) noexcept {
   if (--op.m_pending == 0) op.m_waiter.resume();
 }
 
+void uring_impl::finish_custom_queued(uring_op& op) noexcept {
+  watch_end(op);
+  if (--op.m_pending != 0) return;
+  const waiter& w = op.m_waiter;
+  if (w.m_home == nullptr)
+    w.resume();
+  else
+    weft::detail::resume_at_home(*w.m_home, w.m_h, w.m_prio);
+}
+
 void uring_impl::wake_if_sleeping(std::unique_lock<std::mutex>& lock) {
   if (!m_sleeping) return;
   m_sleeping = false;

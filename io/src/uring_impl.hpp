@@ -61,6 +61,9 @@ class uring_impl final : public weft::detail::worker_reactor {
   /// The end of a custom operation (accept): watch_end, then its count; resumes the
   /// task when that was the last.
   static void finish_custom(uring_op& op) noexcept;
+  /// As finish_custom, but the task is queued to its executor, never resumed inline
+  /// (inline only when it awaited from a plain thread, which has no queue).
+  static void finish_custom_queued(uring_op& op) noexcept;
   /// Unregisters `w`'s stop callback (waiting for one running on another thread) and
   /// takes it off this ring's list of registered watches.
   void unwatch(stop_watch& w) noexcept;

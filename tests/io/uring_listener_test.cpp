@@ -255,3 +255,78 @@ TEST_CASE("uring: a listener whose waiting accept() was stopped takes no connect
     CHECK(taken_after_stop(*io, *io, nullptr) == 0);
   }
 }
+
+namespace {
+
+struct accept_seen {
+  std::atomic<bool> going{false};
+  std::error_code ec;
+  weft_io_test::completion_count done;
+};
+
+weft::task<void> accept_from_elsewhere(tcp_listener& l, accept_seen& seen) {
+  seen.going.store(true);
+  auto [ec, s] = co_await l.accept();
+  seen.ec = ec;
+  seen.done.arrive();
+}
+
+}  // namespace
+
+TEST_CASE("uring: a listener closed on its ring while an accept() from another thread is on its way there",
+          "[io][uring]") {
+  // The accept() of a pool task is handed to the listener's loop; the loop, busy with a
+  // task of its own, closes the listener before it takes that call. The accept must end
+  // (cancelled, or bad_file_descriptor if it was made after the close), touching no
+  // freed state (ASan), and the listener's fd must come back.
+  auto io = weft_io_test::make_uring_or_skip();
+  if (!io) return;
+  weft::thread_pool pool{{.threads = 1}};
+  const std::size_t fds_before = weft_io_test::fd_count();
+  int queued_first = 0;
+  for (int round = 0; round < 200; ++round) {
+    tcp_listener l(*io);
+    REQUIRE_FALSE(l.listen(endpoint::loopback(0)));
+    accept_seen seen;
+    weft::sync_wait(*io, [&]() -> weft::task<void> {
+      weft::post(pool, accept_from_elsewhere(l, seen));
+      while (!seen.going.load()) std::this_thread::yield();
+      for (int spin = 0; spin < 2000; ++spin) std::atomic_signal_fence(std::memory_order_seq_cst);
+      l.close();  // on the ring's own thread: runs here, before the queued accept
+      co_return;
+    }());
+    REQUIRE(seen.done.wait_for(1, 5s));
+    INFO("round " << round << ": " << seen.ec.message());
+    CHECK((seen.ec == weft::io::error::cancelled || seen.ec == std::errc::bad_file_descriptor));
+    if (seen.ec == weft::io::error::cancelled) ++queued_first;
+  }
+  INFO(queued_first << " of 200 accepts were made before the close");
+  CHECK(weft_io_test::fd_count() == fds_before);
+}
+
+namespace {
+weft::task<void> accept_and_note(tcp_listener& l, std::error_code& ec, std::atomic<bool>& resumed) {
+  auto r = co_await l.accept();
+  ec = r.ec;
+  resumed.store(true);
+}
+}  // namespace
+
+TEST_CASE("uring: close() ends waiting accepts without running their tasks inside close()", "[io][uring]") {
+  auto io = weft_io_test::make_uring_or_skip();
+  if (!io) return;
+  tcp_listener l(*io);
+  REQUIRE_FALSE(l.listen(endpoint::loopback(0)));
+  std::atomic<bool> resumed{false};
+  std::error_code ec;
+  weft::sync_wait(*io, [&]() -> weft::task<void> {
+    weft::scope<> s;
+    s.spawn(accept_and_note, std::ref(l), std::ref(ec), std::ref(resumed));
+    co_await weft::io::sleep_for(*io, 1ms);  // the accept is waiting now
+    l.close();
+    CHECK_FALSE(resumed.load());  // not run inside close()
+    co_await s.join();
+  }());
+  CHECK(resumed.load());
+  CHECK(ec == weft::io::error::cancelled);
+}

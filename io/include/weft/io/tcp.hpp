@@ -286,10 +286,19 @@ struct accept_result {
 };
 
 namespace detail {
+/// Holds a reference to the listener's state (io/src/tcp.cpp), so that an accept()
+/// handed to the listener's ring from another thread finds it alive, and closed, when
+/// the listener was closed on its ring meanwhile.
 class accept_awaitable : public uring_awaitable {
  public:
   accept_awaitable(uring_context& ctx, listener_state* st) noexcept;
+  accept_awaitable(accept_awaitable&& o) noexcept;  // before it is awaited
+  accept_awaitable& operator=(accept_awaitable&&) = delete;
+  ~accept_awaitable();
   accept_result await_resume() const noexcept;
+
+ private:
+  listener_state* m_hold;
 };
 }  // namespace detail
 
