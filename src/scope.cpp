@@ -1,7 +1,6 @@
 // src/scope.cpp: weft::scope's shared state (the protocol is described at the top of
 // include/weft/scope.hpp).
 #include <cstdio>
-#include <cstdlib>
 #include <exception>
 #include <mutex>
 
@@ -25,12 +24,15 @@ void scope_state::child_not_started() noexcept {
   drop_ref();
 }
 
-void scope_state::on_done_locked(std::exception_ptr error, bool stopped, std::coroutine_handle<>& wake) noexcept {
+void scope_state::on_done_locked(bool kept, std::exception_ptr& error, bool stopped,
+                                 std::coroutine_handle<>& wake) noexcept {
   --m_alive;
   if (stopped) {
     // nothing to report or rethrow
   } else if (!error) {
-    ++m_unreported;
+    if (kept) ++m_unreported;
+  } else if (m_owner_gone) {
+    // nobody will rethrow it: finish_report hands it to report_detached_exception
   } else if (m_policy == scope_policy::collect) {
     try {
       m_errors.push_back(std::move(error));
@@ -41,13 +43,16 @@ void scope_state::on_done_locked(std::exception_ptr error, bool stopped, std::co
   } else if (!m_kept) {
     m_kept = std::move(error);
     if (m_policy == scope_policy::stop_on_error) m_stop_pending = true;
+  } else {
+    error = nullptr;  // a later exception: dropped (rethrow_first, stop_on_error)
   }
   if (m_waiter && (m_waiting_next || m_alive == 0)) wake = std::exchange(m_waiter, {});
 }
 
-void scope_state::finish_report(std::coroutine_handle<> wake) noexcept {
+void scope_state::finish_report(std::coroutine_handle<> wake, std::exception_ptr orphan) noexcept {
   // Outside the lock: request_stop runs the token's callbacks (I/O cancellations) here.
   if (m_stop_pending.exchange(false, std::memory_order_relaxed)) m_source.request_stop();
+  if (orphan) report_detached_exception(std::move(orphan));
   // m_home and m_prio were written under the lock with m_waiter, read after it here.
   if (wake) resume_at_home(*m_home, wake, m_prio);
   drop_ref();
@@ -77,6 +82,11 @@ bool scope_state::suspend(std::coroutine_handle<> h, bool for_next) noexcept {
 bool scope_state::join_suspend(std::coroutine_handle<> h) noexcept { return suspend(h, false); }
 bool scope_state::next_suspend(std::coroutine_handle<> h) noexcept { return suspend(h, true); }
 
+bool scope_state::has_kept() noexcept {
+  std::lock_guard lock(m_mutex);
+  return m_kept != nullptr;
+}
+
 void scope_state::rethrow_kept() {
   std::exception_ptr e;
   {
@@ -104,23 +114,30 @@ std::size_t scope_state::alive() noexcept {
 }
 
 void scope_state::release_owner() noexcept {
+  std::size_t alive = 0;
   std::exception_ptr kept;
   std::vector<std::exception_ptr> collected;
   {
     std::lock_guard lock(m_mutex);
-    if (m_alive != 0) {
-      std::fprintf(stderr,
-                   "weft::scope: destroyed with %zu children still running; co_await join() before the scope "
-                   "goes (running on would be silent detachment); aborting\n",
-                   m_alive);
-      std::abort();
-    }
+    m_owner_gone = true;
+    m_waiter = {};  // nobody waits in a scope that is gone
+    alive = m_alive;
     kept = std::exchange(m_kept, nullptr);
     collected = std::exchange(m_errors, {});
+  }
+  if (alive != 0) {
+    // A destructor cannot wait: the children hold the state (one reference each), so
+    // they may run on; the stop ends them at their next wait.
+    std::fprintf(stderr,
+                 "weft::scope: destroyed with %zu children still running; they were asked to stop and end "
+                 "detached (co_await join() before the scope goes, or use weft::with_scope)\n",
+                 alive);
+    m_source.request_stop();
   }
   // Never rethrown by a join nor taken: reported, not lost silently.
   if (kept) report_detached_exception(kept);
   for (const auto& e : collected) report_detached_exception(e);
+  drop_values();
   drop_ref();
 }
 

@@ -2,7 +2,8 @@
 // one SO_REUSEPORT listener per worker, with every byte checked; a lone operation
 // resumes on the worker that started it, while tasks that all started on one worker
 // spread over idle ones; operations from threads outside the pool; timers;
-// compute forks from connection tasks; cancellation through a scope's token; the
+// compute forks from connection tasks; cancellation through a scope's token; a
+// connection's exception and the server's reaching their catch with no connection left; the
 // parked workers still wake for posted work. Skipped where io_uring is unavailable.
 #include <sys/socket.h>
 #include <unistd.h>
@@ -405,6 +406,97 @@ TEST_CASE("io_pool: a scope's stop ends reads pending on every worker; fds come 
   while (weft_io_test::fd_count() != fds_before && std::chrono::steady_clock::now() < until)
     std::this_thread::sleep_for(1ms);
   CHECK(weft_io_test::fd_count() == fds_before);
+}
+
+namespace {
+// A connection whose request is bad: reads its one byte, then throws.
+weft::task<void> fail_after_read(wio::tcp_stream s) {
+  char c;
+  co_await s.read_some(&c, 1);
+  throw std::runtime_error("bad request");
+}
+
+// Accepts 8 connections (the last one bad), then reaps them with next(): the bad one's
+// exception reaches the catch once the other 7 were stopped and have ended. Evaluates to
+// the reads cancelled at the catch, -1 when nothing was caught.
+weft::task<int> reap_until_one_fails(wio::tcp_listener& listener, std::atomic<int>& cancelled) {
+  try {
+    weft::scope<> conns;
+    for (int i = 0; i < 8; ++i) {
+      auto [ec, s] = co_await listener.accept();
+      if (ec) throw std::system_error(ec, "accept");
+      if (i == 7)
+        conns.spawn(fail_after_read, std::move(s));
+      else
+        conns.spawn(read_until_stopped, std::move(s), std::ref(cancelled));
+    }
+    for (;;) {
+      const bool got = co_await conns.next();
+      if (!got) break;
+    }
+  } catch (const std::runtime_error&) {
+    co_return cancelled.load();
+  }
+  co_return -1;
+}
+
+// Accepts 8 connections into a with_scope, then throws itself: with_scope stops them and
+// waits for them before the exception goes on.
+weft::task<int> throw_with_connections_open(wio::tcp_listener& listener, std::atomic<int>& cancelled) {
+  try {
+    co_await weft::with_scope([&](weft::scope<>& conns) -> weft::task<void> {
+      for (int i = 0; i < 8; ++i) {
+        auto [ec, s] = co_await listener.accept();
+        if (ec) throw std::system_error(ec, "accept");
+        conns.spawn(read_until_stopped, std::move(s), std::ref(cancelled));
+      }
+      throw std::logic_error("the server's own failure");
+    });
+  } catch (const std::logic_error&) {
+    co_return cancelled.load();
+  }
+  co_return -1;
+}
+
+// Both servers above over a listener of `io` (their tasks run on `ex`), each with 8
+// plain peers (for the first, the 8th writes one byte).
+template <class IO>
+void failing_servers(IO& io, weft::executor& ex) {
+  const std::size_t fds_before = weft_io_test::fd_count();
+  for (int which = 0; which < 2; ++which) {
+    std::atomic<int> cancelled{0};
+    wio::tcp_listener l(io);
+    REQUIRE_FALSE(l.listen(wio::endpoint::loopback(0)));
+    std::vector<int> peers;
+    for (int i = 0; i < 8; ++i) peers.push_back(weft_io_test::connect_plain(l.local_endpoint()));
+    if (which == 0) REQUIRE(::write(peers[7], "x", 1) == 1);  // the bad request
+    const int r = weft::sync_wait(
+        ex, which == 0 ? reap_until_one_fails(l, cancelled) : throw_with_connections_open(l, cancelled));
+    CHECK(r == (which == 0 ? 7 : 8));
+    for (int fd : peers) ::close(fd);
+  }
+  // Each listener's socket is closed once its ring has reaped the cancelled accept
+  // (asynchronous): a bounded wait.
+  const auto until = std::chrono::steady_clock::now() + 5s;
+  while (weft_io_test::fd_count() != fds_before && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(1ms);
+  CHECK(weft_io_test::fd_count() == fds_before);
+}
+}  // namespace
+
+TEST_CASE("io_pool: a connection's exception, or the server's, reaches its catch with every connection ended",
+          "[io][io_pool][scope]") {
+  SECTION("io_pool") {
+    auto io = weft_io_test::make_io_pool_or_skip(2);
+    if (!io) return;
+    failing_servers(*io, *io);
+  }
+  SECTION("uring_context, the tasks on a thread_pool") {
+    auto io = weft_io_test::make_uring_or_skip();
+    if (!io) return;
+    weft::thread_pool pool{{.threads = 2}};
+    failing_servers(*io, pool);
+  }
 }
 
 TEST_CASE("io_pool: bad options", "[io][io_pool]") {

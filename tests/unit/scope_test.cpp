@@ -1,6 +1,7 @@
 // weft/scope.hpp and weft/stop.hpp: spawning and reaping, join, next, the stop token
 // (inherited by co_await, stopped by request_stop and by a parent token), the error
-// policies, spawn(spawn_op) on another executor, and the abort of an unjoined scope.
+// policies, next() and join() rethrowing only once no child is alive, with_scope,
+// keep_values, spawn(spawn_op) on another executor, and a scope destroyed unjoined.
 #include <weft/scope.hpp>
 
 #include <weft/event.hpp>
@@ -11,14 +12,13 @@
 
 #include <catch2/catch.hpp>
 
+#include "bounded_wait.hpp"
 #include "executors.hpp"
 #include "sync.hpp"
 
-#include <sys/wait.h>
 #include <unistd.h>
 #include <atomic>
 #include <chrono>
-#include <csignal>
 #include <cstdio>
 #include <memory>
 #include <mutex>
@@ -61,6 +61,23 @@ weft::task<void> wait_for_stop(std::atomic<int>& ended) {
     throw;
   }
 }
+
+// Waits until stopped, then ends normally with 7 (a value after the stop).
+weft::task<int> seven_after_stop() {
+  weft::manual_reset_event never;
+  try {
+    co_await never.wait();
+  } catch (const weft::cancelled&) {
+  }
+  co_return 7;
+}
+
+// A child's value that counts its live copies.
+struct tracked_value {
+  tracker t;
+  int v;
+};
+weft::task<tracked_value> make_tracked(std::atomic<int>& live, int v) { co_return tracked_value{tracker{live}, v}; }
 
 // Nested co_await: the inner task sees the outer one's token.
 weft::task<bool> inner_sees_stop() { co_return co_await weft::this_task::stop_requested(); }
@@ -377,35 +394,242 @@ TEST_CASE("scope: misuse", "[scope]") {
     CHECK(live.load() == 0);
   }
 
-  SECTION("destroying a scope with children alive aborts with a message") {
-    if (WEFT_TSAN) {
-      WARN("skipped under ThreadSanitizer, which does not start threads in a forked child");
-      return;
-    }
-    int err[2];
-    REQUIRE(::pipe(err) == 0);
+  SECTION("destroying a scope with children alive stops them and says so; they end detached") {
+    // stderr goes to a file for the scope's message (the destructor writes it on this
+    // thread, before it returns).
+    std::FILE* capture = std::tmpfile();
+    REQUIRE(capture != nullptr);
     std::fflush(stderr);
-    const pid_t pid = ::fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {  // the child process: a fresh pool, a scope destroyed unjoined
-      ::dup2(err[1], 2);
-      std::signal(SIGABRT, SIG_DFL);  // not Catch2's handler: the parent checks the signal
-      weft::thread_pool p{{.threads = 1}};
-      weft::manual_reset_event never;
-      auto s = std::make_unique<weft::scope<>>();
-      s->spawn([](weft::manual_reset_event& ev) -> weft::task<void> { co_await ev.wait(); }(never));
-      s.reset();
-      std::_Exit(0);  // not reached
-    }
-    ::close(err[1]);
+    const int saved = ::dup(2);
+    REQUIRE(saved >= 0);
+    ::dup2(::fileno(capture), 2);
+    auto ended = std::make_shared<std::atomic<int>>(0);  // outlives the test body if it must
+    auto s = std::make_unique<weft::scope<int>>();
+    weft::manual_reset_event never;  // lives on until the children ended (checked below)
+    for (int i = 0; i < 4; ++i)
+      s->spawn([](std::shared_ptr<std::atomic<int>> n, weft::manual_reset_event& ev) -> weft::task<int> {
+        try {
+          co_await ev.wait();
+        } catch (const weft::cancelled&) {
+          n->fetch_add(1, std::memory_order_relaxed);
+          co_return 1;  // a value for a scope that is gone: dropped
+        }
+        co_return 0;
+      }(ended, never));
+    s->spawn(square(2));
+    s.reset();
+    std::fflush(stderr);
+    ::dup2(saved, 2);
+    ::close(saved);
     std::string text;
+    std::rewind(capture);
     char buf[256];
-    for (ssize_t n; (n = ::read(err[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<std::size_t>(n));
-    ::close(err[0]);
-    int status = 0;
-    REQUIRE(::waitpid(pid, &status, 0) == pid);
-    CHECK(WIFSIGNALED(status));
-    CHECK(WTERMSIG(status) == SIGABRT);
-    CHECK(text.find("weft::scope: destroyed with 1 children still running") != std::string::npos);
+    for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, capture)) > 0;) text.append(buf, n);
+    std::fclose(capture);
+    CHECK(weft_test::eventually([&] { return ended->load() == 4; }));
+    CHECK(text.find("weft::scope: destroyed with ") != std::string::npos);
+    CHECK(text.find("asked to stop") != std::string::npos);
   }
+}
+
+TEMPLATE_LIST_TEST_CASE("scope: a child's exception reaches the owner's catch after its siblings are stopped",
+                        "[scope]", weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(pool);
+
+  SECTION("scope<void>: next() stops the other children, waits for them, then rethrows") {
+    std::atomic<int> ended{0};
+    auto r = weft::sync_wait(pool, [&]() -> weft::task<int> {
+      try {
+        weft::scope<> s;
+        s.spawn(fails(0));
+        for (int i = 1; i < 4; ++i) s.spawn(wait_for_stop(ended));
+        for (;;) {
+          const bool got = co_await s.next();
+          if (!got) break;
+        }
+      } catch (const std::runtime_error&) {
+        co_return ended.load();  // every sibling had ended when the exception came
+      }
+      co_return -1;
+    }());
+    CHECK(r == 3);
+  }
+
+  SECTION("scope<int>: the values of children that ended after the stop are still handed over") {
+    auto r = weft::sync_wait(pool, []() -> weft::task<std::pair<std::size_t, int>> {
+      weft::scope<int> s;
+      s.spawn([]() -> weft::task<int> {
+        throw std::runtime_error("child 0");
+        co_return 0;
+      }());
+      for (int i = 1; i < 4; ++i) s.spawn(seven_after_stop());
+      std::size_t alive_at_catch = 99;
+      int sum = 0;
+      for (;;) {
+        try {
+          const auto v = co_await s.next();
+          if (!v) break;
+          sum += *v;
+        } catch (const std::runtime_error&) {
+          alive_at_catch = s.size();
+        }
+      }
+      co_await s.join();
+      co_return std::pair{alive_at_catch, sum};
+    }());
+    CHECK(r.first == 0);
+    CHECK(r.second == 21);
+  }
+
+  SECTION("stop_on_error: next() rethrows once every child has ended") {
+    std::atomic<int> ended{0};
+    auto r = weft::sync_wait(pool, [&]() -> weft::task<int> {
+      weft::scope<> s{{.policy = weft::scope_policy::stop_on_error}};
+      for (int i = 0; i < 20; ++i) s.spawn(wait_for_stop(ended));
+      s.spawn(fails(0));
+      try {
+        for (;;) {
+          const bool got = co_await s.next();
+          if (!got) break;
+        }
+      } catch (const std::runtime_error&) {
+        co_return s.size() == 0 ? ended.load() : -1;
+      }
+      co_return -2;
+    }());
+    CHECK(r == 20);
+  }
+}
+
+TEMPLATE_LIST_TEST_CASE("scope: an exception of the owner unwinds through a scope with children alive", "[scope]",
+                        weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(pool);
+
+  SECTION("with_scope: the children are stopped and have ended when the exception arrives") {
+    std::atomic<int> ended{0};
+    auto r = weft::sync_wait(pool, [&]() -> weft::task<int> {
+      try {
+        co_await weft::with_scope([&](weft::scope<>& s) -> weft::task<void> {
+          for (int i = 0; i < 8; ++i) s.spawn(wait_for_stop(ended));
+          throw std::runtime_error("owner");
+          co_return;
+        });
+      } catch (const std::runtime_error&) {
+        co_return ended.load();
+      }
+      co_return -1;
+    }());
+    CHECK(r == 8);
+  }
+
+  SECTION("a plain scope: the children are stopped and end detached; the exception goes on") {
+    std::atomic<int> ended{0};
+    bool caught = false;
+    try {
+      weft::sync_wait(pool, [&]() -> weft::task<void> {
+        weft::scope<> s;
+        for (int i = 0; i < 8; ++i) s.spawn(wait_for_stop(ended));
+        throw std::runtime_error("owner");
+        co_return;
+      }());
+    } catch (const std::runtime_error&) {
+      caught = true;
+    }
+    CHECK(caught);
+    CHECK(weft_test::eventually([&] { return ended.load() == 8; }));
+  }
+}
+
+TEMPLATE_LIST_TEST_CASE("scope: with_scope", "[scope]", weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(pool);
+
+  SECTION("the body's value comes back once every child has ended on its own") {
+    std::atomic<int> ran{0};
+    std::atomic<int> live{0};
+    auto r = weft::sync_wait(pool, [&]() -> weft::task<std::pair<int, int>> {
+      const int from_body = co_await weft::with_scope<int>([&](weft::scope<int>& s) -> weft::task<int> {
+        for (int i = 0; i < 100; ++i) s.spawn(square(i));
+        for (int i = 0; i < 100; ++i)
+          s.spawn([](std::atomic<int>& n, tracker t) -> weft::task<int> {
+            co_await bump(n, std::move(t));
+            co_return 0;
+          }(ran, tracker{live}));
+        const auto first = co_await s.next();  // the rest is left to with_scope
+        co_return first ? 1 : 0;
+      });
+      co_return std::pair{from_body, ran.load()};
+    }());
+    CHECK(r.first == 1);
+    CHECK(r.second == 100);  // not stopped: every child ran to its end
+    CHECK(live.load() == 0);
+  }
+
+  SECTION("a child's exception is rethrown after every child has ended (rethrow_first)") {
+    std::atomic<int> ran{0};
+    std::atomic<int> live{0};
+    auto r = weft::sync_wait(pool, [&]() -> weft::task<int> {
+      try {
+        co_await weft::with_scope([&](weft::scope<>& s) -> weft::task<void> {
+          s.spawn(fails(0));
+          for (int i = 0; i < 50; ++i) s.spawn(bump(ran, tracker{live}));
+          co_return;
+        });
+      } catch (const std::runtime_error&) {
+        co_return ran.load();
+      }
+      co_return -1;
+    }());
+    CHECK(r == 50);
+  }
+
+  SECTION("the scope is stopped when the task awaiting with_scope is") {
+    std::atomic<int> ended{0};
+    weft::latch spawned{1};
+    // A named lambda: the child's frame refers to its captures until it ends.
+    auto child = [&]() -> weft::task<void> {
+      co_await weft::with_scope([&](weft::scope<>& s) -> weft::task<void> {
+        for (int i = 0; i < 10; ++i) s.spawn(wait_for_stop(ended));
+        spawned.count_down();
+        co_return;
+      });
+    };
+    weft::sync_wait(pool, [&]() -> weft::task<void> {
+      weft::scope<> outer;
+      outer.spawn(child());
+      co_await spawned.wait();
+      outer.request_stop();
+      co_await outer.join();
+    }());
+    CHECK(ended.load() == 10);
+  }
+
+  SECTION("options: policy collect keeps the children's exceptions for the body") {
+    auto n = weft::sync_wait(pool, []() -> weft::task<std::size_t> {
+      co_return co_await weft::with_scope<>(
+          [](weft::scope<>& s) -> weft::task<std::size_t> {
+            for (int i = 0; i < 10; ++i) s.spawn(fails(i));
+            co_await s.join();
+            co_return s.take_errors().size();
+          },
+          {.policy = weft::scope_policy::collect});
+    }());
+    CHECK(n == 10);
+  }
+}
+
+TEMPLATE_LIST_TEST_CASE("scope: keep_values false drops each value as its child ends", "[scope]",
+                        weft_test::executor_kinds) {
+  WEFT_TEST_EXECUTOR(pool);
+  std::atomic<int> live{0};
+  auto r = weft::sync_wait(pool, [&]() -> weft::task<std::pair<int, bool>> {
+    weft::scope<tracked_value> s{{.keep_values = false}};
+    for (int i = 0; i < 1000; ++i) s.spawn(make_tracked(live, i));
+    const auto v = co_await s.next();  // nothing kept: only the end is reported
+    const int live_at_end = live.load();
+    co_await s.join();
+    co_return std::pair{live_at_end, v.has_value()};
+  }());
+  CHECK(r.first == 0);
+  CHECK_FALSE(r.second);
+  CHECK(live.load() == 0);
 }
