@@ -238,6 +238,9 @@ task<void> scope_child(task<T> t, State* st) {
         std::fputs("weft::scope: out of memory keeping a child's value; terminating\n", stderr);
         std::terminate();
       }
+      // The moved-from value too goes before the report: once next() or join() sees
+      // no child alive, nothing a child made outlives it.
+      value.reset();
     }
   });
 }
