@@ -133,16 +133,6 @@ bool still_answers(const wio::endpoint& at) {
   return ok && std::memcmp(buf, "ping", 4) == 0;
 }
 
-/// The fd count, after waiting (bounded) for closes that are still under way.
-std::size_t settled_fd_count(std::size_t expected) {
-  const auto until = std::chrono::steady_clock::now() + 10s;
-  std::size_t n = weft_io_test::fd_count();
-  while (n != expected && std::chrono::steady_clock::now() < until) {
-    std::this_thread::sleep_for(2ms);
-    n = weft_io_test::fd_count();
-  }
-  return n;
-}
 
 // ---- many concurrent echo connections, random sizes, 10 % reset ------------------------------
 
@@ -232,7 +222,7 @@ TEST_CASE("io_pool reliability: concurrent echo, random sizes, 10 % reset mid-tr
     CHECK(srv.m_accepted.load() == conns);
     CHECK(still_answers(srv.m_at));
   }
-  CHECK(settled_fd_count(fds_before) == fds_before);
+  CHECK(weft_io_test::settled_fd_count(fds_before) == fds_before);
 }
 
 namespace {
@@ -288,7 +278,7 @@ TEST_CASE("io_pool reliability: half-closed clients get all their bytes back", "
     CHECK(fail.m_count == 0);
     CHECK(still_answers(srv.m_at));
   }
-  CHECK(settled_fd_count(fds_before) == fds_before);
+  CHECK(weft_io_test::settled_fd_count(fds_before) == fds_before);
 }
 
 namespace {
@@ -359,7 +349,7 @@ TEST_CASE("io_pool reliability: readers that never read do not grow the server's
   weft::sync_wait(*io, join_scope(floods));
   CHECK(ended.load() == k_readers);
   l.close();
-  CHECK(settled_fd_count(fds_before) == fds_before);
+  CHECK(weft_io_test::settled_fd_count(fds_before) == fds_before);
 }
 
 TEST_CASE("io_pool reliability: connect/close churn", "[io][io_pool]") {
@@ -386,7 +376,7 @@ TEST_CASE("io_pool reliability: connect/close churn", "[io][io_pool]") {
     CHECK(srv.m_accepted.load() == churn);
     CHECK(still_answers(srv.m_at));
   }
-  CHECK(settled_fd_count(fds_before) == fds_before);
+  CHECK(weft_io_test::settled_fd_count(fds_before) == fds_before);
 }
 
 TEST_CASE("io_pool reliability: without io_uring the pool refuses with uring_unavailable", "[io][io_pool]") {

@@ -402,10 +402,7 @@ TEST_CASE("io_pool: a scope's stop ends reads pending on every worker; fds come 
   CHECK(cancelled.load() == 32);
   // The listener's socket is closed once its ring has reaped the cancelled accept
   // (asynchronous, on worker 1): a bounded wait.
-  const auto until = std::chrono::steady_clock::now() + 5s;
-  while (weft_io_test::fd_count() != fds_before && std::chrono::steady_clock::now() < until)
-    std::this_thread::sleep_for(1ms);
-  CHECK(weft_io_test::fd_count() == fds_before);
+  CHECK(weft_io_test::settled_fd_count(fds_before) == fds_before);
 }
 
 namespace {
@@ -477,10 +474,7 @@ void failing_servers(IO& io, weft::executor& ex) {
   }
   // Each listener's socket is closed once its ring has reaped the cancelled accept
   // (asynchronous): a bounded wait.
-  const auto until = std::chrono::steady_clock::now() + 5s;
-  while (weft_io_test::fd_count() != fds_before && std::chrono::steady_clock::now() < until)
-    std::this_thread::sleep_for(1ms);
-  CHECK(weft_io_test::fd_count() == fds_before);
+  CHECK(weft_io_test::settled_fd_count(fds_before) == fds_before);
 }
 }  // namespace
 

@@ -29,6 +29,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
 
 namespace weft_io_test {
@@ -39,6 +40,19 @@ inline std::size_t fd_count() {
   std::size_t n = 0;
   for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) ++n;
   return n - 1;
+}
+
+/// The fd count once it equals `expected`, or after `limit` if it never does: for the
+/// closes that end asynchronously (a listener's socket is closed once its ring reaped
+/// the cancelled accept; a stream's once its last operation left the kernel).
+inline std::size_t settled_fd_count(std::size_t expected, std::chrono::milliseconds limit = std::chrono::seconds(10)) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  std::size_t n = fd_count();
+  while (n != expected && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    n = fd_count();
+  }
+  return n;
 }
 
 /// Raises the soft RLIMIT_NOFILE to the hard one; returns the soft limit now in force.

@@ -120,10 +120,7 @@ TEST_CASE("uring server: half-closed clients see EOF while the server still runs
   for (int fd : clients) ::close(fd);
   // The server holds nothing of them (its close() shuts a socket down, which a client
   // sees as EOF, just before closing the fd: a bounded wait for the last ones).
-  const auto until = std::chrono::steady_clock::now() + 5s;
-  while (weft_io_test::fd_count() != fds_before && std::chrono::steady_clock::now() < until)
-    std::this_thread::sleep_for(1ms);
-  CHECK(weft_io_test::fd_count() == fds_before);
+  CHECK(weft_io_test::settled_fd_count(fds_before) == fds_before);
 
   weft::sync_wait(*io, [&]() -> weft::task<void> {
     l.close();
