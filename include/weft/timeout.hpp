@@ -13,8 +13,12 @@
 // result throws weft::cancelled (a mutex lock, say); when the deadline caused it,
 // with_timeout catches it and reports std::errc::timed_out with no value. Something
 // that watches no token (a blocking call, a spin) is not cut short: the task then
-// returns when it ends. The deadline is kept by one process-wide timer thread
-// (weft/detail/timer.hpp). For a single io_uring operation, weft::io::with_timeout
+// returns when it ends. On an io_pool worker the deadline is kept by that worker's
+// ring (checked as it polls, bounding its parked wait: no lock shared with other
+// workers, no allocation per call); elsewhere by one process-wide timer thread, which
+// also fires a worker's deadline that the worker leaves overdue by more than a
+// millisecond, busy in a task that does not await (weft/detail/timer.hpp). For a
+// single io_uring operation, weft::io::with_timeout
 // (weft/io/tcp.hpp) is cheaper: an io_uring linked timeout, no thread involved. That
 // one yields the operation's own result, not a timeout_result: where both namespaces
 // are imported an unqualified with_timeout(op, d) is ambiguous, so name the one meant.

@@ -25,6 +25,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -525,6 +526,12 @@ void uring_impl::loop() {
 void uring_impl::attach(unsigned) noexcept {
   t_loop = this;
   enable_here();
+  try {
+    weft::detail::timer_watch(m_deadlines);
+    m_deadlines_watched = true;
+  } catch (const std::bad_alloc&) {
+    // deadlines() is null then: this worker's deadlines go to the timer thread.
+  }
 }
 
 bool uring_impl::run_calls() {
@@ -544,8 +551,18 @@ bool uring_impl::run_calls() {
   return any;
 }
 
+bool uring_impl::fire_deadlines() noexcept {
+  using clock = std::chrono::steady_clock;
+  if (m_deadlines.earliest() == clock::time_point::max()) return false;  // the common case: no clock read
+  const auto now = clock::now();
+  if (now < m_deadlines.earliest()) return false;
+  m_deadlines.fire_due(now);
+  return true;
+}
+
 bool uring_impl::poll() noexcept {
-  const bool ran = m_has_calls.load(std::memory_order_acquire) && run_calls();
+  bool ran = m_has_calls.load(std::memory_order_acquire) && run_calls();
+  ran = fire_deadlines() || ran;
   if (m_inflight != 0 || io_uring_sq_ready(&m_ring) != 0) {
     const int r = io_uring_submit_and_get_events(&m_ring);
     if (r < 0 && r != -EINTR && r != -EAGAIN && r != -EBUSY)
@@ -555,7 +572,9 @@ bool uring_impl::poll() noexcept {
 }
 
 bool uring_impl::pending() const noexcept {
-  return m_has_calls.load(std::memory_order_acquire) || io_uring_cq_ready(&m_ring) != 0;
+  if (m_has_calls.load(std::memory_order_acquire) || io_uring_cq_ready(&m_ring) != 0) return true;
+  const auto first = m_deadlines.earliest();
+  return first != std::chrono::steady_clock::time_point::max() && std::chrono::steady_clock::now() >= first;
 }
 
 void uring_impl::wait() noexcept {
@@ -564,7 +583,19 @@ void uring_impl::wait() noexcept {
     if (m_calls != nullptr) return;
     m_sleeping = true;
   }
-  const int r = io_uring_submit_and_wait(&m_ring, 1);
+  // Bounded by the earliest deadline, which then fires in the next poll (a wait with a
+  // timeout through IORING_ENTER_EXT_ARG: no SQE, nothing in flight).
+  int r = 0;
+  const auto first = m_deadlines.earliest();
+  if (first == std::chrono::steady_clock::time_point::max()) {
+    r = io_uring_submit_and_wait(&m_ring, 1);
+  } else {
+    const auto left = std::max<std::int64_t>(
+        0, std::chrono::duration_cast<std::chrono::nanoseconds>(first - std::chrono::steady_clock::now()).count());
+    __kernel_timespec ts{.tv_sec = left / 1'000'000'000, .tv_nsec = left % 1'000'000'000};
+    io_uring_cqe* cqe = nullptr;
+    r = io_uring_submit_and_wait_timeout(&m_ring, &cqe, 1, &ts, nullptr);
+  }
   if (r < 0 && r != -EINTR && r != -EAGAIN && r != -EBUSY && r != -ETIME)
     std::fprintf(stderr, "weft::io::io_pool: io_uring_enter failed: %s\n", std::strerror(-r));
   std::lock_guard lock(m_mutex);
@@ -584,6 +615,11 @@ void uring_impl::detach() noexcept {
   // Closed listeners still wait for their accept's last CQE, which frees their state;
   // nothing else is dispatched (the tasks of operations still in flight are abandoned).
   m_draining = true;
+  // Deadlines of tasks still suspended: their coroutines may yet be resumed elsewhere
+  // (and remove them), so the timer thread keeps them from now on.
+  m_deadlines.hand_over();
+  if (m_deadlines_watched) weft::detail::timer_unwatch(m_deadlines);
+  m_deadlines_watched = false;
   for (int i = 0; m_lingering != 0 && i < 200; ++i) {
     __kernel_timespec ts{.tv_sec = 0, .tv_nsec = 10'000'000};
     io_uring_cqe* cqe = nullptr;

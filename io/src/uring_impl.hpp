@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "weft/detail/reactor.hpp"
+#include "weft/detail/timer.hpp"
 #include "weft/io/uring_context.hpp"
 
 namespace weft::io::detail {
@@ -86,6 +87,9 @@ class uring_impl final : public weft::detail::worker_reactor {
   bool pending() const noexcept override;
   void wait() noexcept override;
   void wake() noexcept override;
+  weft::detail::timer_queue* deadlines() noexcept override {
+    return m_deadlines_watched && !m_draining ? &m_deadlines : nullptr;
+  }
 
   uring_context& m_owner;
   const unsigned m_priorities;
@@ -134,6 +138,12 @@ class uring_impl final : public weft::detail::worker_reactor {
   std::atomic<bool> m_has_calls{false};  // m_calls is not empty (set under m_mutex; read without)
 
   bool m_draining = false;  // io_pool worker done: only lingering operations are still dispatched
+  /// io_pool worker: the deadlines of weft::with_deadline calls made on it (fired by poll,
+  /// bounding wait; weft/detail/timer.hpp).
+  weft::detail::timer_queue m_deadlines;
+  bool m_deadlines_watched = false;  // the timer thread watches m_deadlines (attach to detach)
+  /// Runs the deadlines due now; true when any was due.
+  bool fire_deadlines() noexcept;
 
   std::thread m_thread;
 };

@@ -6,8 +6,9 @@
 //     ...
 //   }
 //
-// weft_test::executor_kinds: thread pools of 1, 2 and 4 workers, an asio_executor and
-// a uring_context (skipped with a WARN where io_uring is unavailable). It exists in
+// weft_test::executor_kinds: thread pools of 1, 2 and 4 workers, an asio_executor, a
+// uring_context and an io_pool of 2 workers (both skipped with a WARN where io_uring is
+// unavailable). It exists in
 // test targets built with WEFT_TEST_IO_EXECUTORS=1, which link weft::io
 // (tests/CMakeLists.txt), with weft_test::single_thread_kinds (the one-thread kinds).
 // weft_test::all_executors: the thread pools alone, for bodies about the pool itself
@@ -22,6 +23,7 @@
 
 #if WEFT_TEST_IO_EXECUTORS
 #  include <weft/io/asio_executor.hpp>
+#  include <weft/io/io_pool.hpp>
 #  include <weft/io/uring_context.hpp>
 
 #  include <catch2/catch.hpp>
@@ -65,9 +67,33 @@ struct uring_kind {
   }
 };
 
-using executor_kinds = std::tuple<pool_1, pool_2, pool_4, asio_kind, uring_kind>;
+/// An io_pool of two workers, each driving its own ring (deadlines, timers and
+/// completions on the workers); null (after a WARN) where io_uring is unavailable.
+/// The body's executor is its thread_pool (what current_executor() is in its tasks).
+struct io_pool_kind {
+  static constexpr std::size_t k_threads = 2;
+  static std::unique_ptr<weft::io::io_pool> make_unique() {
+    try {
+      return std::make_unique<weft::io::io_pool>(weft::pool_options{.threads = 2});
+    } catch (const weft::io::uring_unavailable& e) {
+      WARN("SKIPPED (io_uring unavailable): " << e.what());
+      return nullptr;
+    }
+  }
+};
+
+using executor_kinds = std::tuple<pool_1, pool_2, pool_4, asio_kind, uring_kind, io_pool_kind>;
 /// The kinds with one thread: holding it holds every task queued there.
 using single_thread_kinds = std::tuple<pool_1, asio_kind, uring_kind>;
+#endif
+
+/// The executor a body runs on: the fixture's object itself, or an io_pool's thread_pool.
+template <class E>
+E& executor_of(E& e) noexcept {
+  return e;
+}
+#if WEFT_TEST_IO_EXECUTORS
+inline weft::thread_pool& executor_of(weft::io::io_pool& p) noexcept { return p.pool(); }
 #endif
 
 }  // namespace weft_test
@@ -78,4 +104,4 @@ using single_thread_kinds = std::tuple<pool_1, asio_kind, uring_kind>;
 #define WEFT_TEST_EXECUTOR(name)               \
   auto name##_owner = TestType::make_unique(); \
   if (!name##_owner) return;                   \
-  auto& name = *name##_owner
+  auto& name = weft_test::executor_of(*name##_owner)

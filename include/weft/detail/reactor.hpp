@@ -10,9 +10,14 @@
 // * A parked worker waits in wait() instead of on its futex word: wakers call wake().
 //   When wait() returns because of the reactor's own events (pending() is true, not
 //   a wake-up), the worker takes itself off the parked list and polls.
+// * deadlines(): weft::with_deadline arms its deadline there when it runs on this
+//   worker (weft/detail/timer.hpp); the reactor then fires them in poll() and bounds
+//   wait() by the earliest, and hands what is left to the timer thread in detach().
 #pragma once
 
 namespace weft::detail {
+
+class timer_queue;
 
 class worker_reactor {
  public:
@@ -32,6 +37,9 @@ class worker_reactor {
   virtual void wait() noexcept = 0;
   /// Any thread: makes a wait() in progress, or the next one, return.
   virtual void wake() noexcept = 0;
+  /// Worker thread: the queue this reactor fires deadlines of, or null (the process-wide
+  /// timer thread fires them then).
+  virtual timer_queue* deadlines() noexcept { return nullptr; }
 };
 
 }  // namespace weft::detail
