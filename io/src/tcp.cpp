@@ -238,6 +238,9 @@ std::error_code sleep_awaitable::await_resume() const noexcept {
 struct listener_state {
   uring_impl* m_ring = nullptr;  // every accept runs here (the loop thread of this ring)
   int m_fd = -1;
+  // The listening socket's identity in the rings' fd map (uring_impl::note_socket): a
+  // stream's stale cancel of the same fd number then leaves its accept alone.
+  std::uint64_t m_id = 0;
   uring_op m_accept;  // the accept SQE in flight (multishot where the kernel has it)
   bool m_armed = false;
   bool m_pausing = false;  // m_ready is full: the accept SQE is being cancelled
@@ -268,6 +271,7 @@ void arm(listener_state& st) {
   } else {
     io_uring_prep_accept(s, st.m_fd, nullptr, nullptr, SOCK_CLOEXEC);
   }
+  loop.note_socket(st.m_fd, st.m_id);
   st.m_accept.m_kind = op_kind::custom;
   st.m_accept.m_on_cqe = &on_accept_cqe;
   st.m_accept.m_arg = &st;
@@ -578,6 +582,7 @@ std::error_code tcp_listener::listen(const endpoint& at, const listen_options& o
     st->m_ring = here != nullptr ? here : &uring_access::ring(*m_ctx, 0);
   }
   st->m_fd = fd;
+  st->m_id = detail::new_socket_id();
   st->m_limit = backlog > 0 ? static_cast<std::size_t>(backlog) : 1;
   m_state = st;
   return {};

@@ -50,6 +50,9 @@ class uring_impl final : public weft::detail::worker_reactor {
   /// unless the last operation this loop started on `fd` was another socket's (the
   /// socket was closed and the number reused): then it does nothing.
   void cancel_socket(int fd, std::uint64_t id);
+  /// Records that socket `id` (a stream's, or a listener's) has an operation prepared on
+  /// fd `fd` now: what cancel_socket checks.
+  void note_socket(int fd, std::uint64_t id) noexcept;
   /// Runs an operation that was handed over from another thread.
   static void start_foreign(void* op);
   /// After `op` was started on this thread and did not end at once: registers its stop
@@ -116,7 +119,6 @@ class uring_impl final : public weft::detail::worker_reactor {
   unsigned reap(bool offer = false);
   void dispatch(std::uint64_t data, int res, unsigned flags, bool offer);
 
-  void note_socket(int fd, std::uint64_t id) noexcept;
   /// At destruction: unregisters the callbacks of operations abandoned in flight, whose
   /// tokens may be stopped later (their frames live on; this ring does not).
   void unwatch_all() noexcept;

@@ -18,7 +18,9 @@
 #include <cstdint>
 #include <memory>
 #include <stop_token>
+#include <system_error>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "bounded_wait.hpp"
@@ -327,4 +329,70 @@ TEST_CASE("uring: close() ends waiting accepts without running their tasks insid
   }());
   CHECK(resumed.load());
   CHECK(ec == weft::io::error::cancelled);
+}
+
+namespace {
+
+/// True when `fd` is a listening socket.
+bool is_listening(int fd) {
+  int on = 0;
+  socklen_t len = sizeof on;
+  return ::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &on, &len) == 0 && on != 0;
+}
+
+}  // namespace
+
+// A cancel() queued to the ring from another thread runs after its stream was closed
+// there and a listener took the same fd number and armed its accept: the ring's fd map
+// names the listener as the fd's socket now, so the stale cancel must not end the
+// listener's accept.
+TEST_CASE("uring: a stale cancel() of a closed stream leaves the accept of a listener on its fd number alone",
+          "[io][uring]") {
+  auto io = weft_io_test::make_uring_or_skip();
+  if (!io) return;
+  int sv[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+  const int reused = sv[0];
+  auto s = std::make_unique<tcp_stream>(*io, reused);
+  // One operation on the ring, so that its fd map records the stream on that number.
+  char c = 'x';
+  REQUIRE(::write(sv[1], &c, 1) == 1);
+  const auto first =
+      weft::sync_wait(*io, [&]() -> weft::task<weft::io::io_result> { co_return co_await s->read_some(&c, 1); }());
+  REQUIRE_FALSE(first.ec);
+
+  tcp_listener l(*io);
+  std::atomic<bool> queued{false};
+  std::atomic<bool> took_number{false};
+  std::atomic<std::uint16_t> port{0};
+  std::thread canceller;
+  std::thread client;
+  const auto r = weft::sync_wait(*io, [&]() -> weft::task<std::pair<std::error_code, bool>> {
+    // On the loop thread, which runs no queued call until this task suspends.
+    canceller = std::thread([&] {
+      s->cancel();  // queued to the loop: it runs after the close and the accept below
+      queued.store(true, std::memory_order_release);
+    });
+    while (!queued.load(std::memory_order_acquire)) std::this_thread::yield();
+    s->close();  // nothing in flight: the number is free at once
+    if (const auto ec = l.listen(endpoint::loopback(0))) co_return std::pair{ec, false};
+    took_number.store(is_listening(reused), std::memory_order_relaxed);
+    port.store(l.local_endpoint().port(), std::memory_order_relaxed);
+    client = std::thread([&] {
+      std::this_thread::sleep_for(100ms);  // after the stale cancel ran
+      const int fd = weft_io_test::connect_plain(endpoint::loopback(port.load(std::memory_order_relaxed)));
+      if (fd >= 0) {
+        std::this_thread::sleep_for(50ms);
+        ::close(fd);
+      }
+    });
+    auto a = co_await l.accept();  // arms the accept on the loop, then the stale cancel runs
+    co_return std::pair{a.ec, a.stream.is_open()};
+  }());
+  canceller.join();
+  if (client.joinable()) client.join();
+  REQUIRE(took_number.load());  // else the case was not set up: the listener got another number
+  CHECK_FALSE(r.first);         // before the fix: operation_canceled, with no client yet
+  CHECK(r.second);
+  ::close(sv[1]);
 }
