@@ -331,7 +331,7 @@ bool on_accept_cqe(uring_op& op, int res, unsigned flags) {
     st->m_armed = false;
     st->m_pausing = false;
     if (st->m_closing) {
-      --uring_impl::current()->m_lingering;
+      uring_impl::current()->unlinger(st->m_close_call);
       finalize(st);
     } else if (!st->m_waiters.empty()) {
       arm(*st);
@@ -390,7 +390,9 @@ void close_listener(void* p) {
   if (armed) {
     st->m_accept.m_lingers = true;  // an io_pool stopping still dispatches its last CQE
     cancel_accept(*st);
-    ++uring_impl::current()->m_lingering;  // freed by the accept's last CQE (on_accept_cqe); the loop waits for it
+    // Freed by the accept's last CQE (on_accept_cqe), which the loop waits for; the
+    // close call has run, so its node (m_discard: finalize) marks the wait.
+    uring_impl::current()->linger(st->m_close_call);
   } else {
     close_fds(st);
   }

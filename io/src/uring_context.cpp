@@ -30,6 +30,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -153,6 +154,15 @@ uring_impl::~uring_impl() {
   }
   ::close(m_eventfd);
   io_uring_queue_exit(&m_ring);
+  // Closed listeners whose cancelled accept never reported its end within the loop's
+  // bound: the kernel has let go of the ring now, so their state and socket can go.
+  while (loop_call* const c = m_lingering) {
+    m_lingering = c->m_next;
+    std::fprintf(stderr,
+                 "weft::io: a closed listener's cancelled accept had not ended when its ring stopped; its socket "
+                 "is closed with the ring\n");
+    c->m_discard(c->m_arg);
+  }
 }
 
 uring_impl* uring_impl::current() noexcept { return t_loop; }
@@ -465,6 +475,7 @@ void uring_impl::loop() {
   weft::detail::t_prio = 0;
   enable_here();
   std::vector<std::pair<void*, unsigned>> ready;
+  std::optional<std::chrono::steady_clock::time_point> linger_until;  // stopping, with lingering()
   for (;;) {
     bool stopping = false;
     loop_call* calls = nullptr;
@@ -486,18 +497,28 @@ void uring_impl::loop() {
     ready.clear();
 
     const bool busy = run_ready();
-    // Queued work done and closed listeners released; tasks' in-flight ops are abandoned.
-    if (stopping && !busy && !had_calls && m_lingering == 0) break;
+    // Queued work done and closed listeners released (or k_linger_limit passed: the
+    // ring's destruction releases them); tasks' in-flight ops are abandoned.
+    if (stopping && !busy && !had_calls) {
+      if (!lingering()) break;
+      const auto now = std::chrono::steady_clock::now();
+      if (!linger_until) linger_until = now + k_linger_limit;
+      if (now >= *linger_until) break;
+    }
 
     unsigned wait = 0;
     if (!busy) {
       std::lock_guard lock(m_mutex);
-      if (m_calls == nullptr && m_foreign_ready.empty() && (!m_stopping || m_lingering != 0)) {
+      if (m_calls == nullptr && m_foreign_ready.empty() && (!m_stopping || lingering())) {
         m_sleeping = true;
         wait = 1;
       }
     }
-    if (wait != 0 || io_uring_sq_ready(&m_ring) > 0) {
+    if (wait != 0 && linger_until) {  // stopping: wait for the lingering CQEs in slices
+      __kernel_timespec ts{.tv_sec = 0, .tv_nsec = 10'000'000};
+      io_uring_cqe* cqe = nullptr;
+      io_uring_submit_and_wait_timeout(&m_ring, &cqe, 1, &ts, nullptr);
+    } else if (wait != 0 || io_uring_sq_ready(&m_ring) > 0) {
       const int r = io_uring_submit_and_wait(&m_ring, wait);
       if (r < 0 && r != -EINTR && r != -EAGAIN && r != -EBUSY && r != -ETIME) {
         std::fprintf(stderr, "weft::io::uring_context: io_uring_enter failed: %s\n", std::strerror(-r));
@@ -620,7 +641,8 @@ void uring_impl::detach() noexcept {
   m_deadlines.hand_over();
   if (m_deadlines_watched) weft::detail::timer_unwatch(m_deadlines);
   m_deadlines_watched = false;
-  for (int i = 0; m_lingering != 0 && i < 200; ++i) {
+  const auto until = std::chrono::steady_clock::now() + k_linger_limit;
+  while (lingering() && std::chrono::steady_clock::now() < until) {
     __kernel_timespec ts{.tv_sec = 0, .tv_nsec = 10'000'000};
     io_uring_cqe* cqe = nullptr;
     io_uring_submit_and_wait_timeout(&m_ring, &cqe, 1, &ts, nullptr);

@@ -7,6 +7,7 @@
 #include <liburing.h>
 
 #include <atomic>
+#include <chrono>
 #include <coroutine>
 #include <cstdint>
 #include <deque>
@@ -98,9 +99,25 @@ class uring_impl final : public weft::detail::worker_reactor {
   const unsigned m_priorities;
   bool m_multishot_accept = false;
   bool m_enable_on_loop = false;  // ring created disabled (single issuer): the loop enables it
-  /// Loop thread: internal SQEs whose last CQE must still come before the loop may end
-  /// (a closed listener's cancelled accept, which frees its state and closes its fd).
-  std::size_t m_lingering = 0;
+  /// Loop thread: a closed listener's cancelled accept, whose last CQE must still come
+  /// before the loop may end (it frees the listener's state and closes its socket): its
+  /// node (the listener's close call, run already) is kept here until then. The loop
+  /// waits for them at most k_linger_limit; the ring's destruction releases those left
+  /// (m_discard), after the kernel let go of the ring.
+  void linger(loop_call& c) noexcept {
+    c.m_next = m_lingering;
+    m_lingering = &c;
+  }
+  void unlinger(loop_call& c) noexcept {
+    for (loop_call** at = &m_lingering; *at != nullptr; at = &(*at)->m_next) {
+      if (*at == &c) {
+        *at = c.m_next;
+        return;
+      }
+    }
+  }
+  bool lingering() const noexcept { return m_lingering != nullptr; }
+  static constexpr auto k_linger_limit = std::chrono::seconds(2);
   /// Loop thread: SQEs whose last CQE has not been reaped (the eventfd read not counted);
   /// an io_pool worker enters the kernel for completions only while there are some.
   std::size_t m_inflight = 0;
@@ -147,6 +164,7 @@ class uring_impl final : public weft::detail::worker_reactor {
   /// Runs the deadlines due now; true when any was due.
   bool fire_deadlines() noexcept;
 
+  loop_call* m_lingering = nullptr;  // see linger()
   std::thread m_thread;
 };
 
