@@ -1,13 +1,11 @@
 // One connection handler over both backends: the same error checks (weft/io/error.hpp)
 // classify eof, reset, refused, cancelled and timed out alike over io_uring and over
-// Asio (whose codes use_task translates). The io_uring half is skipped (with a WARN
-// naming the cause) where io_uring is unavailable.
+// Asio (whose codes use_task translates), and a local close() of a socket with a read or
+// a write pending is cancelled on both. The io_uring half is skipped (with a WARN naming
+// the cause) where io_uring is unavailable.
 #include <fcntl.h>
-#include <linux/filter.h>
-#include <linux/seccomp.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -67,8 +65,26 @@ outcome classify(const std::error_code& ec) {
   return outcome::other;
 }
 
-const std::vector<outcome> k_expected = {outcome::eof, outcome::reset, outcome::refused, outcome::cancelled,
-                                         outcome::timed_out};
+// eof, reset, refused, a cancel, a timeout, then a local close() while a read and while
+// a write waits.
+const std::vector<outcome> k_expected = {outcome::eof,       outcome::reset,     outcome::refused,  outcome::cancelled,
+                                         outcome::timed_out, outcome::cancelled, outcome::cancelled};
+
+/// Fills socket `fd`'s send path (its buffer and its peer's receive buffer: the peer
+/// never reads), so that the next write waits.
+void fill_send_buffer(int fd) {
+  static char chunk[64 * 1024];
+  while (::send(fd, chunk, sizeof chunk, MSG_DONTWAIT | MSG_NOSIGNAL) > 0) {
+  }
+}
+
+// Posted by a task that then waits in an operation on `s`: closes `s` once that task is
+// suspended (the executors here have one thread).
+template <class Socket>
+weft::task<void> close_later(Socket& s) {
+  s.close();
+  co_return;
+}
 
 std::string names(const std::vector<outcome>& v) {
   std::string s;
@@ -132,7 +148,18 @@ TEST_CASE("io errors: one handler classifies every outcome alike over io_uring a
     got.push_back(classify(cec));
     auto [tec, tn] = co_await weft::io::with_timeout(s.async_read_some(asio::buffer(buf), use_task), 10ms);
     got.push_back(classify(tec));
+    weft::post(aio, close_later(s));
+    auto [lec, ln] = co_await s.async_read_some(asio::buffer(buf), use_task);
+    got.push_back(classify(lec));
     ::close(client);
+    const int writer_peer = connect_plain(aport);
+    auto [wec, w] = co_await acceptor.async_accept(use_task);
+    REQUIRE_FALSE(wec);
+    fill_send_buffer(w.native_handle());
+    weft::post(aio, close_later(w));
+    auto [bec, bn] = co_await w.async_write_some(asio::buffer(buf), use_task);
+    got.push_back(classify(bec));
+    ::close(writer_peer);
     co_return got;
   };
   const std::vector<outcome> asio_got = weft::sync_wait(aio, over_asio());
@@ -170,7 +197,18 @@ TEST_CASE("io errors: one handler classifies every outcome alike over io_uring a
     got.push_back(classify(cec));
     auto [tec, tn] = co_await weft::io::with_timeout(s.read_some(buf, sizeof buf), 10ms);
     got.push_back(classify(tec));
+    weft::post(*io, close_later(s));
+    auto [lec, ln] = co_await s.read_some(buf, sizeof buf);
+    got.push_back(classify(lec));
     ::close(client);
+    const int writer_peer = connect_plain(uport);
+    auto [wec, w] = co_await l.accept();
+    REQUIRE_FALSE(wec);
+    fill_send_buffer(w.native_handle());
+    weft::post(*io, close_later(w));
+    auto [bec, bn] = co_await w.write_some(buf, sizeof buf);
+    got.push_back(classify(bec));
+    ::close(writer_peer);
     co_return got;
   };
   const std::vector<outcome> uring_got = weft::sync_wait(*io, over_uring());
@@ -180,20 +218,6 @@ TEST_CASE("io errors: one handler classifies every outcome alike over io_uring a
 }
 
 namespace {
-
-// For a child process: from now on io_uring_enter fails with EPERM in every thread of it
-// (the rings already made stay; nothing more can be submitted).
-bool forbid_io_uring_enter() {
-  sock_filter filter[] = {
-      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, static_cast<std::uint32_t>(offsetof(seccomp_data, nr))),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_enter, 0, 1),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-  };
-  sock_fprog prog{static_cast<unsigned short>(sizeof filter / sizeof filter[0]), filter};
-  return ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 &&
-         ::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &prog) == 0;
-}
 
 weft::task<void> sleep_an_hour(weft::io::uring_context& io) {
   (void)co_await weft::io::sleep_for(io, std::chrono::hours(1));
@@ -213,7 +237,7 @@ TEST_CASE("io errors: a full ring whose submissions keep failing aborts with a m
     if (const int null = ::open("/dev/null", O_WRONLY); null >= 0) ::dup2(null, 2);  // the loop's complaints
     weft::io::uring_context io{{.entries = 8}};
     weft_io_test::round_trip(io);  // the loop runs, and waits in the kernel
-    if (!forbid_io_uring_enter()) ::_exit(3);
+    if (!weft_io_test::forbid_syscall(__NR_io_uring_enter, /*every_thread=*/true)) ::_exit(3);
     for (int i = 0; i < 64; ++i) weft::post(io, sleep_an_hour(io));  // more SQEs in one turn than the ring holds
     for (;;) ::pause();
   }

@@ -170,18 +170,25 @@ inline std::unique_ptr<weft::io::io_pool> make_io_pool_or_skip(std::size_t threa
   return make_io_pool_or_skip(weft::pool_options{.threads = threads});
 }
 
-/// For a child process: from now on io_uring_setup fails with EPERM, as under a
-/// container runtime's seccomp policy. False when the filter cannot be installed.
-inline bool forbid_io_uring_setup() {
+/// For a child process: from now on system call `nr` fails with EPERM, in the calling
+/// thread (and the threads it starts) or, with `every_thread`, in every thread of the
+/// process (SECCOMP_FILTER_FLAG_TSYNC). False when the filter cannot be installed.
+inline bool forbid_syscall(long nr, bool every_thread = false) {
   sock_filter filter[] = {
       BPF_STMT(BPF_LD | BPF_W | BPF_ABS, static_cast<std::uint32_t>(offsetof(seccomp_data, nr))),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, static_cast<std::uint32_t>(nr), 0, 1),
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
   };
   sock_fprog prog{static_cast<unsigned short>(sizeof filter / sizeof filter[0]), filter};
-  return ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 && ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) == 0;
+  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return false;
+  if (every_thread) return ::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &prog) == 0;
+  return ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) == 0;
 }
+
+/// For a child process: from now on io_uring_setup fails with EPERM, as under a
+/// container runtime's seccomp policy. False when the filter cannot be installed.
+inline bool forbid_io_uring_setup() { return forbid_syscall(__NR_io_uring_setup); }
 
 /// The echo messages: 64 bytes that encode the connection and the message number.
 inline constexpr std::size_t k_message = 64;
