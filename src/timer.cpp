@@ -136,6 +136,11 @@ namespace {
 // and one that computes without awaiting polls late (weft/detail/timer.hpp).
 constexpr auto k_grace = std::chrono::milliseconds(1);
 
+/// t + k_grace, saturating at time_point::max() (a deadline "never").
+timer_queue::time_point plus_grace(timer_queue::time_point t) noexcept {
+  return t >= timer_queue::time_point::max() - k_grace ? timer_queue::time_point::max() : t + k_grace;
+}
+
 class timer_thread {
  public:
   using time_point = timer_queue::time_point;
@@ -198,8 +203,7 @@ class timer_thread {
   time_point next_look(time_point own) const noexcept {
     time_point next = std::min(own, m_queue.earliest());
     for (timer_queue* q : m_watched) {
-      const time_point first = q->earliest();
-      if (first != time_point::max()) next = std::min(next, first + k_grace);
+      next = std::min(next, plus_grace(q->earliest()));
     }
     return next;
   }
@@ -213,7 +217,7 @@ class timer_thread {
         m_scan.assign(m_watched.begin(), m_watched.end());
       }
       for (timer_queue* q : m_scan) {
-        if (q->earliest() + k_grace > now) continue;
+        if (plus_grace(q->earliest()) > now) continue;
         {
           std::lock_guard lock(m_mutex);
           if (std::find(m_watched.begin(), m_watched.end(), q) == m_watched.end()) continue;  // unwatched meanwhile
@@ -283,7 +287,7 @@ void timer_add(timer_entry& e) {
       if (timer_queue* const q = r->deadlines()) {
         // This thread polls q: its next poll, or its parked wait, sees the deadline;
         // the timer thread only watches for one that this worker is too busy to fire.
-        if (q->add(e)) the_timer().earlier(e.m_when + k_grace);
+        if (q->add(e)) the_timer().earlier(plus_grace(e.m_when));
         return;
       }
     }

@@ -473,6 +473,55 @@ TEST_CASE("asio: use_task operations watch the awaiting task's stop token", "[as
     };
     CHECK(weft::sync_wait(pool, in_scope()) == 3);
   }
+  SECTION("under a stopped token what can complete without waiting completes; with_cancel(op, {}) writes last") {
+    // The rule of weft/stop.hpp, as over io_uring (uring_stop_test): data already there
+    // is read, a write with room is done, a wait is cut short; a last write that must
+    // wait for the peer runs under an empty token and is not cut short.
+    const int small = 4096;
+    ::setsockopt(s.native_handle(), SOL_SOCKET, SO_SNDBUF, &small, sizeof small);
+    ::setsockopt(c.native_handle(), SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    REQUIRE(::write(c.native_handle(), "ping", 4) == 4);
+    const std::string big(256 << 10, 'x');  // far more than both buffers: writing it must wait
+    std::stop_source stop;
+    stop.request_stop();
+    std::size_t cut_n = 0;
+    std::atomic<std::size_t> received{0};
+    std::thread reader;
+    // A named closure: the child outlives the statement that spawns it.
+    auto child = [&]() -> weft::task<bool> {
+      char buf[8] = {};
+      const auto [rec, rn] = co_await s.async_read_some(asio::buffer(buf), use_task);              // "ping" is there
+      const auto [wec, wn] = co_await asio::async_write(s, asio::buffer("503 bye", 7), use_task);  // room
+      const auto [iec, in] = co_await s.async_read_some(asio::buffer(buf), use_task);              // would wait
+      char got[8] = {};
+      const bool bye = ::recv(c.native_handle(), got, sizeof got, 0) == 7 && std::string(got, 7) == "503 bye";
+      const auto [cec, cn] = co_await asio::async_write(s, asio::buffer(big), use_task);  // must wait: cut short
+      cut_n = cn;
+      reader = std::thread([&] {  // drains the client end until the server shuts its side down
+        char chunk[65536];
+        for (;;) {
+          const auto n = ::read(c.native_handle(), chunk, sizeof chunk);
+          if (n <= 0) break;
+          received.fetch_add(static_cast<std::size_t>(n), std::memory_order_relaxed);
+        }
+      });
+      const auto [lec, ln] =
+          co_await weft::io::with_cancel(asio::async_write(s, asio::buffer(big), use_task), std::stop_token{});
+      co_return !rec && rn == 4 && !wec && wn == 7 && iec == weft::io::error::cancelled && bye &&
+          cec == weft::io::error::cancelled && cn < big.size() && !lec && ln == big.size();
+    };
+    auto ok = weft::sync_wait(pool, [&]() -> weft::task<bool> {
+      weft::scope<bool> sc{stop.get_token()};
+      sc.spawn(child());
+      auto v = co_await sc.next();
+      co_await sc.join();
+      co_return v.value_or(false);
+    }());
+    CHECK(ok);
+    s.shutdown(tcp::socket::shutdown_send);
+    if (reader.joinable()) reader.join();
+    CHECK(received.load() == cut_n + big.size());  // nothing of the last write was lost
+  }
   SECTION("a stop racing the timer's expiry: completed or cancelled, never both, never neither") {
     const int rounds = weft_test::rounds(2'000, 300);
     int completed = 0, cancelled = 0, other = 0;
