@@ -2,6 +2,7 @@
 #pragma once
 
 #include "weft/barrier.hpp"
+#include "weft/blocking.hpp"
 #include "weft/bounded_vector.hpp"
 #include "weft/channel.hpp"
 #include "weft/config.hpp"
