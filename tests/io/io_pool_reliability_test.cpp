@@ -133,7 +133,6 @@ bool still_answers(const wio::endpoint& at) {
   return ok && std::memcmp(buf, "ping", 4) == 0;
 }
 
-
 // ---- many concurrent echo connections, random sizes, 10 % reset ------------------------------
 
 struct echo_totals {
