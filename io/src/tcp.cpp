@@ -511,25 +511,32 @@ void tcp_stream::cancel() {
   const std::uint64_t id = socket_id();
   const int fd = native_handle();
   if (fd < 0 || id == 0) return;
-  // On an io_pool the socket's operations may be in flight on any worker's ring (each
+  detail::cancel_everywhere(*m_ctx, fd, id);
+}
+
+namespace detail {
+
+void cancel_everywhere(uring_context& ctx, int fd, std::uint64_t id) {
+  // On an io_pool the object's operations may be in flight on any worker's ring (each
   // runs where its task was): every ring gets the cancel.
-  using detail::uring_access;
-  detail::uring_impl* const here = uring_access::here(*m_ctx);
-  for (std::size_t i = 0; i < uring_access::count(*m_ctx); ++i) {
-    detail::uring_impl& ring = uring_access::ring(*m_ctx, i);
+  uring_impl* const here = uring_access::here(ctx);
+  for (std::size_t i = 0; i < uring_access::count(ctx); ++i) {
+    uring_impl& ring = uring_access::ring(ctx, i);
     if (&ring == here) {
       ring.cancel_socket(fd, id);
       continue;
     }
-    auto* c = new detail::socket_cancel;  // std::bad_alloc leaves nothing more queued
+    auto* c = new socket_cancel;  // std::bad_alloc leaves nothing more queued
     c->m_fd = fd;
     c->m_socket = id;
-    c->m_call.m_fn = &detail::socket_cancel::run;
+    c->m_call.m_fn = &socket_cancel::run;
     c->m_call.m_arg = c;
-    c->m_call.m_discard = &detail::socket_cancel::discard;
+    c->m_call.m_discard = &socket_cancel::discard;
     ring.post_call(c->m_call);
   }
 }
+
+}  // namespace detail
 
 void tcp_stream::close() noexcept {
   // One caller wins the fd (a reader and a writer task may both close); the descriptor

@@ -203,6 +203,9 @@ void uring_impl::prepare(uring_op& op, bool count) {
     case op_kind::send:
       io_uring_prep_send(s, op.m_fd, op.m_buf, op.m_len, MSG_NOSIGNAL);
       break;
+    case op_kind::read:
+      io_uring_prep_read(s, op.m_fd, op.m_buf, op.m_len, static_cast<__u64>(-1));
+      break;
     case op_kind::connect:
       io_uring_prep_connect(s, op.m_fd, static_cast<const sockaddr*>(op.m_buf), op.m_len);
       break;

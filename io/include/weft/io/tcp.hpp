@@ -84,6 +84,10 @@ std::error_code status_result(const uring_op& op) noexcept;
 /// A new socket identity (never 0, never reused in the process): what tcp_stream::cancel
 /// names its target by, since a closed socket's fd number is soon another socket's.
 std::uint64_t new_socket_id() noexcept;
+/// Cancels what is in flight on fd `fd` of object `id` (a socket's identity) on every
+/// ring of `ctx` (uring_impl::cancel_socket: nothing where the number is another's now).
+/// Throws std::bad_alloc (a call to hand to another thread's ring).
+void cancel_everywhere(uring_context& ctx, int fd, std::uint64_t id);
 
 /// An operation on a socket: holds the socket's descriptor (weft/io/detail/descriptor.hpp),
 /// so that its fd number stays open until the operation ended, and an operation awaited

@@ -63,6 +63,7 @@ enum class op_kind : std::uint8_t {
   custom,  // m_start runs on the loop thread instead of preparing an SQE
   recv,
   send,
+  read,  // read(2) at the file position (m_buf, m_len): signalfd
   connect,
   timeout,  // sleep: m_ts relative, or absolute on CLOCK_MONOTONIC when m_abs
 };
