@@ -42,6 +42,18 @@ endpoint endpoint::loopback(std::uint16_t port) noexcept {
   return e;
 }
 
+endpoint endpoint::from(const sockaddr* a, socklen_t len) noexcept {
+  endpoint e;
+  if (a == nullptr) return e;
+  const bool v4 = a->sa_family == AF_INET && len >= static_cast<socklen_t>(sizeof(sockaddr_in));
+  const bool v6 = a->sa_family == AF_INET6 && len >= static_cast<socklen_t>(sizeof(sockaddr_in6));
+  if (!v4 && !v6) return e;
+  const socklen_t n = v4 ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+  std::memcpy(&e.m_addr, a, n);
+  e.m_len = n;
+  return e;
+}
+
 endpoint endpoint::parse(std::string_view address, std::uint16_t port, std::error_code& ec) {
   ec.clear();
   endpoint e;

@@ -5,6 +5,7 @@
 #include "weft/io/cancel.hpp"
 #include "weft/io/error.hpp"
 #include "weft/io/io_pool.hpp"
+#include "weft/io/resolve.hpp"
 #include "weft/io/signal.hpp"
 #include "weft/io/sleep.hpp"
 #include "weft/io/tcp.hpp"

@@ -30,6 +30,7 @@
 #include "weft/io/detail/descriptor.hpp"
 #include "weft/io/error.hpp"
 #include "weft/io/uring_context.hpp"
+#include "weft/task.hpp"
 
 namespace weft::io {
 
@@ -59,6 +60,9 @@ class endpoint {
   std::string to_string() const;
   /// The socket address, for system calls (sockaddr_in or sockaddr_in6).
   const sockaddr* data() const noexcept { return reinterpret_cast<const sockaddr*>(&m_addr); }
+  /// The endpoint of socket address `a` (`len` bytes): empty unless it is an IPv4 or
+  /// IPv6 address that fits.
+  static endpoint from(const sockaddr* a, socklen_t len) noexcept;
   /// The socket address storage, for system calls that fill it (then resize()).
   sockaddr* data() noexcept { return reinterpret_cast<sockaddr*>(&m_addr); }
   /// Bytes of data() in use; 0 when empty.
@@ -195,6 +199,12 @@ class tcp_stream {
   detail::connect_awaitable connect(const endpoint& to);
   /// Same, parsing a numeric address first; a bad address yields invalid_argument.
   detail::connect_awaitable connect(std::string_view address, std::uint16_t port);
+  /// Resolves `host` (a name or a numeric address; weft::io::resolve, weft/io/resolve.hpp)
+  /// and connects to its endpoints in the resolver's order until one accepts:
+  /// `if (auto ec = co_await s.connect_host("db.internal", 5432)) ...`. Yields {} once
+  /// connected, else the resolver's error or the last endpoint's connect error (a stop
+  /// ends it with operation_canceled at once). From a weft task; defined with resolve.
+  task<std::error_code> connect_host(std::string host, std::uint16_t port);
 
   /// Receives up to `len` bytes: {ec, n}; ec is error::eof when the peer closed its end,
   /// connection_reset when it reset the connection.
