@@ -206,6 +206,12 @@ void uring_impl::prepare(uring_op& op, bool count) {
     case op_kind::read:
       io_uring_prep_read(s, op.m_fd, op.m_buf, op.m_len, static_cast<__u64>(-1));
       break;
+    case op_kind::sendmsg:
+      io_uring_prep_sendmsg(s, op.m_fd, static_cast<const msghdr*>(op.m_buf), MSG_NOSIGNAL);
+      break;
+    case op_kind::recvmsg:
+      io_uring_prep_recvmsg(s, op.m_fd, static_cast<msghdr*>(op.m_buf), MSG_TRUNC);
+      break;
     case op_kind::connect:
       io_uring_prep_connect(s, op.m_fd, static_cast<const sockaddr*>(op.m_buf), op.m_len);
       break;

@@ -9,6 +9,7 @@
 #include "weft/io/signal.hpp"
 #include "weft/io/sleep.hpp"
 #include "weft/io/tcp.hpp"
+#include "weft/io/udp.hpp"
 #include "weft/io/uring_context.hpp"
 #include "weft/io/use_task.hpp"
 #include "weft/io/with_timeout.hpp"
