@@ -58,6 +58,8 @@ WORKLOADS = [
              baseline_1t_only=False),
     Workload("io_socket_st", ("asio", "weft-asio", "weft-uring"), 100_000, 10_000, "{:,} requests, 20 connections",
              baseline="asio", peers=("asio",), single_thread=True),
+    Workload("io_udp_st", ("asio", "weft-uring"), 100_000, 10_000, "{:,} datagrams of 64 bytes, 20 sockets",
+             baseline="asio", peers=("asio",), single_thread=True),
     # No sequential flavor: speedups are over weft's own mt at 1 thread; Asio is the peer.
     Workload("channel", ("mt", "mt-bounded", "st", "st-bounded", "asio"), 10_000_000, 100_000, "{:,} elements",
              baseline="mt", peers=("asio",), baseline_1t_only=False, one_thread=("st", "st-bounded")),

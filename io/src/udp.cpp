@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <new>
 #include <utility>
@@ -14,7 +15,7 @@
 namespace weft::io {
 
 udp_socket::udp_socket(udp_socket&& o) noexcept
-    : m_ctx(o.m_ctx), m_desc(std::exchange(o.m_desc, nullptr)), m_id(std::exchange(o.m_id, 0)) {}
+    : m_ctx(o.m_ctx), m_desc(std::exchange(o.m_desc, nullptr)), m_id(std::exchange(o.m_id, 0)), m_peer(o.m_peer) {}
 
 udp_socket::~udp_socket() {
   close();
@@ -57,6 +58,7 @@ std::error_code udp_socket::connect(const endpoint& peer) noexcept {
     if (auto ec = open(peer.data()->sa_family)) return ec;
   }
   if (::connect(m_desc->fd(), peer.data(), peer.size()) != 0) return {errno, std::system_category()};
+  m_peer = peer;
   return {};
 }
 
@@ -83,25 +85,41 @@ void udp_socket::close() noexcept {
 
 namespace detail {
 
-datagram_awaitable::datagram_awaitable(uring_context& ctx, descriptor* d, std::uint64_t id, bool receive, void* buf,
-                                       std::size_t len, const endpoint* to) noexcept
-    : socket_awaitable(ctx, d), m_receive(receive), m_len(len) {
-  if (to != nullptr) m_peer = *to;
-  m_op.m_kind = receive ? op_kind::recvmsg : op_kind::sendmsg;
+datagram_awaitable::datagram_awaitable(uring_context& ctx, descriptor* d, std::uint64_t id, datagram_op what, void* buf,
+                                       std::size_t len, const endpoint* peer) noexcept
+    : socket_awaitable(ctx, d), m_what(what), m_len(len) {
+  if (peer != nullptr) m_peer = *peer;
+  switch (what) {
+    case datagram_op::send_to:
+      m_op.m_kind = op_kind::sendmsg;
+      break;
+    case datagram_op::receive_from:
+      m_op.m_kind = op_kind::recvmsg;
+      break;
+    case datagram_op::send:
+      m_op.m_kind = op_kind::send;
+      break;
+    case datagram_op::receive:
+      m_op.m_kind = op_kind::recv_datagram;
+      break;
+  }
   m_op.m_fd = d != nullptr ? d->fd() : -1;
   m_op.m_socket = id;
   m_iov.iov_base = buf;
   m_iov.iov_len = len;
+  m_op.m_buf = buf;  // send / receive; the msghdr ones point at m_msg when awaited
+  m_op.m_len = static_cast<std::uint32_t>(std::min<std::size_t>(len, std::size_t{1} << 30));
 }
 
 datagram_awaitable::datagram_awaitable(datagram_awaitable&& o) noexcept
-    : socket_awaitable(std::move(o)), m_receive(o.m_receive), m_len(o.m_len), m_peer(o.m_peer), m_iov(o.m_iov) {}
+    : socket_awaitable(std::move(o)), m_what(o.m_what), m_len(o.m_len), m_peer(o.m_peer), m_iov(o.m_iov) {}
 
 void datagram_awaitable::point_at_self() noexcept {
+  if (m_what == datagram_op::send || m_what == datagram_op::receive) return;  // no msghdr
   m_msg = msghdr{};
   m_msg.msg_iov = &m_iov;
   m_msg.msg_iovlen = 1;
-  if (m_receive) {
+  if (m_what == datagram_op::receive_from) {
     m_msg.msg_name = m_peer.data();
     m_msg.msg_namelen = sizeof(sockaddr_storage);
   } else if (!m_peer.empty()) {
@@ -113,7 +131,8 @@ void datagram_awaitable::point_at_self() noexcept {
 
 datagram_result datagram_awaitable::await_resume() const noexcept {
   datagram_result r;
-  if (m_op.m_res < 0 || (m_desc.closed() && m_op.m_res == 0 && m_receive)) {
+  const bool receiving = m_what == datagram_op::receive_from || m_what == datagram_op::receive;
+  if (m_op.m_res < 0 || (m_desc.closed() && m_op.m_res == 0 && receiving)) {
     if (m_desc.closed() && !m_op.m_timed_out) {
       r.ec = make_error_code(error::cancelled);
     } else if (m_op.m_res == -ECANCELED && m_op.m_timed_out) {
@@ -127,12 +146,8 @@ datagram_result datagram_awaitable::await_resume() const noexcept {
   }
   r.size = static_cast<std::size_t>(m_op.m_res);
   r.n = std::min(r.size, m_len);
-  if (m_receive) {
-    r.from = endpoint::from(m_peer.data(), m_msg.msg_namelen);
-    if (r.size > m_len) r.ec = std::make_error_code(std::errc::message_size);
-  } else {
-    r.from = m_peer;
-  }
+  r.from = m_what == datagram_op::receive_from ? endpoint::from(m_peer.data(), m_msg.msg_namelen) : m_peer;
+  if (receiving && r.size > m_len) r.ec = std::make_error_code(std::errc::message_size);
   return r;
 }
 

@@ -212,6 +212,9 @@ void uring_impl::prepare(uring_op& op, bool count) {
     case op_kind::recvmsg:
       io_uring_prep_recvmsg(s, op.m_fd, static_cast<msghdr*>(op.m_buf), MSG_TRUNC);
       break;
+    case op_kind::recv_datagram:
+      io_uring_prep_recv(s, op.m_fd, op.m_buf, op.m_len, MSG_TRUNC);
+      break;
     case op_kind::connect:
       io_uring_prep_connect(s, op.m_fd, static_cast<const sockaddr*>(op.m_buf), op.m_len);
       break;

@@ -47,11 +47,17 @@ class udp_socket;
 
 namespace detail {
 
-/// send_to / receive_from / send / receive: one sendmsg or recvmsg on the ring.
+/// Which datagram operation: sendmsg / recvmsg with an address, or (connected) a plain
+/// send / recv, which need no msghdr.
+enum class datagram_op : std::uint8_t { send_to, receive_from, send, receive };
+
+/// send_to / receive_from / send / receive: one datagram operation on the ring.
 class datagram_awaitable : public socket_awaitable {
  public:
-  datagram_awaitable(uring_context& ctx, descriptor* d, std::uint64_t id, bool receive, void* buf, std::size_t len,
-                     const endpoint* to) noexcept;
+  /// `peer`: send_to's destination; for send / receive the connected peer (what
+  /// receive reports as `from`); null for receive_from.
+  datagram_awaitable(uring_context& ctx, descriptor* d, std::uint64_t id, datagram_op what, void* buf, std::size_t len,
+                     const endpoint* peer) noexcept;
   datagram_awaitable(datagram_awaitable&& o) noexcept;
   datagram_awaitable& operator=(datagram_awaitable&&) = delete;
   static constexpr bool k_linked_timeout_ok = true;  // weft::io::with_timeout applies
@@ -65,9 +71,9 @@ class datagram_awaitable : public socket_awaitable {
  private:
   void point_at_self() noexcept;
 
-  bool m_receive;
+  datagram_op m_what;
   std::size_t m_len;
-  endpoint m_peer;  // send_to: the destination; receive: the source, filled in
+  endpoint m_peer;  // send_to: the destination; receive_from: the source, filled in; else the peer
   iovec m_iov{};
   msghdr m_msg{};
 };
@@ -97,18 +103,22 @@ class udp_socket {
 
   /// Sends one datagram of `len` bytes to `to`: {ec, n}.
   detail::datagram_awaitable send_to(const void* buf, std::size_t len, const endpoint& to) noexcept {
-    return {*m_ctx, m_desc, m_id, false, const_cast<void*>(buf), len, &to};
+    return {*m_ctx, m_desc, m_id, detail::datagram_op::send_to, const_cast<void*>(buf), len, &to};
   }
   /// Receives one datagram into `buf` (see datagram_result).
   detail::datagram_awaitable receive_from(void* buf, std::size_t len) noexcept {
-    return {*m_ctx, m_desc, m_id, true, buf, len, nullptr};
+    return {*m_ctx, m_desc, m_id, detail::datagram_op::receive_from, buf, len, nullptr};
   }
-  /// send_to(the connected peer).
+  /// send_to(the connected peer), through a plain send (no address to pass). On a socket
+  /// that is not connected: destination_address_required.
   detail::datagram_awaitable send(const void* buf, std::size_t len) noexcept {
-    return {*m_ctx, m_desc, m_id, false, const_cast<void*>(buf), len, nullptr};
+    return {*m_ctx, m_desc, m_id, detail::datagram_op::send, const_cast<void*>(buf), len, &m_peer};
   }
-  /// receive_from, on a connected socket (only the peer's datagrams arrive).
-  detail::datagram_awaitable receive(void* buf, std::size_t len) noexcept { return receive_from(buf, len); }
+  /// receive_from on a connected socket (only the peer's datagrams arrive, `from` is the
+  /// peer), through a plain recv.
+  detail::datagram_awaitable receive(void* buf, std::size_t len) noexcept {
+    return {*m_ctx, m_desc, m_id, detail::datagram_op::receive, buf, len, &m_peer};
+  }
 
   /// The bound address (its real port after binding port 0); empty when not open.
   endpoint local_endpoint() const noexcept;
@@ -126,6 +136,7 @@ class udp_socket {
   uring_context* m_ctx;
   detail::descriptor* m_desc = nullptr;
   std::uint64_t m_id = 0;
+  endpoint m_peer;  // connect()'s; set before operations start (connect is not thread-safe)
 };
 
 }  // namespace weft::io

@@ -63,9 +63,10 @@ enum class op_kind : std::uint8_t {
   custom,  // m_start runs on the loop thread instead of preparing an SQE
   recv,
   send,
-  read,     // read(2) at the file position (m_buf, m_len): signalfd
-  sendmsg,  // m_buf: a msghdr (UDP)
-  recvmsg,  // m_buf: a msghdr; MSG_TRUNC: the result is the datagram's whole length
+  read,           // read(2) at the file position (m_buf, m_len): signalfd
+  sendmsg,        // m_buf: a msghdr (UDP)
+  recvmsg,        // m_buf: a msghdr; MSG_TRUNC: the result is the datagram's whole length
+  recv_datagram,  // recv with MSG_TRUNC (a connected UDP socket)
   connect,
   timeout,  // sleep: m_ts relative, or absolute on CLOCK_MONOTONIC when m_abs
 };
