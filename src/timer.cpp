@@ -134,7 +134,9 @@ namespace {
 // How long a deadline in a watched queue (an io_pool worker's) may be overdue before the
 // timer thread fires it in the worker's stead: the worker fires its own as it polls,
 // and one that computes without awaiting polls late (weft/detail/timer.hpp).
-constexpr auto k_grace = std::chrono::milliseconds(1);
+// 5 ms: well past a loaded worker's wake-up from its parked wait (which fires its own
+// deadlines), short against any deadline worth setting.
+constexpr auto k_grace = std::chrono::milliseconds(5);
 
 /// t + k_grace, saturating at time_point::max() (a deadline "never").
 timer_queue::time_point plus_grace(timer_queue::time_point t) noexcept {

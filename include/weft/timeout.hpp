@@ -16,8 +16,8 @@
 // returns when it ends. On an io_pool worker the deadline is kept by that worker's
 // ring (checked as it polls, bounding its parked wait: no lock shared with other
 // workers, no allocation per call); elsewhere by one process-wide timer thread, which
-// also fires a worker's deadline that the worker leaves overdue by more than a
-// millisecond, busy in a task that does not await (weft/detail/timer.hpp). For a
+// also fires a worker's deadline that the worker leaves overdue by more than
+// 5 milliseconds, busy in a task that does not await (weft/detail/timer.hpp). For a
 // single io_uring operation, weft::io::with_timeout
 // (weft/io/tcp.hpp) is cheaper: an io_uring linked timeout, no thread involved. That
 // one yields the operation's own result, not a timeout_result: where both namespaces

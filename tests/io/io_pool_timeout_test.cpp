@@ -72,7 +72,12 @@ TEST_CASE("io_pool timeout: a deadline fires on the worker that armed it, waking
           "[io][io_pool][timeout]") {
   auto io = weft_io_test::make_io_pool_or_skip(2);
   if (!io) return;
-  for (int i = 0; i < 5; ++i) {
+  // Each deadline is fired by the pool's own worker, parked in its ring with nothing else
+  // to do; only a worker whose wake-up takes longer than the timer thread's grace (a
+  // loaded, sanitized machine) leaves one to the timer thread, which must stay rare.
+  int by_worker = 0;
+  constexpr int k_rounds = 10;
+  for (int i = 0; i < k_rounds; ++i) {
     std::atomic<weft::executor*> stopped_on{nullptr};
     std::atomic<bool> stopped{false};
     const auto t0 = std::chrono::steady_clock::now();
@@ -80,11 +85,13 @@ TEST_CASE("io_pool timeout: a deadline fires on the worker that armed it, waking
     const auto took = std::chrono::steady_clock::now() - t0;
     CHECK(r.ec == std::errc::timed_out);
     CHECK(stopped.load(std::memory_order_acquire));
-    // Fired by the pool's own worker (nothing else to do: it was parked in its ring).
-    CHECK(stopped_on.load(std::memory_order_relaxed) == &io->pool());
+    if (stopped_on.load(std::memory_order_relaxed) == &io->pool()) ++by_worker;
     CHECK(took >= 30ms);
     CHECK(took < 10s);
   }
+  INFO(by_worker << " of " << k_rounds << " deadlines fired by the worker itself");
+  CHECK(by_worker >= k_rounds / 2);  // before the worker queues: 0, the timer thread fired all
+  if (by_worker < k_rounds) WARN(k_rounds - by_worker << " deadlines fell to the timer thread (a slow wake-up)");
 }
 
 TEST_CASE("io_pool timeout: a task that computes without awaiting is still stopped at its deadline",

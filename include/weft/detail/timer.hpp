@@ -8,9 +8,10 @@
 // queue when it polls and bounds its parked wait by the earliest deadline (no thread
 // hop, no lock shared between workers); anywhere else, one process-wide timer thread,
 // started on first use. That thread also watches the workers' queues: a deadline that
-// its worker leaves overdue by more than a millisecond (a task computing without an
-// await, which polls its token all the same) is fired by the timer thread instead. timer_remove unlinks the node, or,
-// when its function is running right now, waits until it returned; so after timer_remove the node may go.
+// its worker leaves overdue by more than 5 milliseconds (a task computing without an
+// await, which polls its token all the same) is fired by the timer thread instead.
+// timer_remove unlinks the node, or, when its function is running right now, waits
+// until it returned; so after timer_remove the node may go.
 //
 // Functions only request stops (which run stop callbacks: those hand work on, they do
 // not block). A waiter that such a stop wakes, on an executor that refuses work because
