@@ -74,18 +74,9 @@ signal_set::~signal_set() {
 }
 
 void signal_set::close() noexcept {
-  detail::descriptor* const d = m_desc;
-  if (d == nullptr || d->closed()) return;
   // Closed first (no wait begins after this: it ends with cancelled), then the waits in
-  // flight are cancelled; the number stays open until they ended
-  // (weft/io/detail/descriptor.hpp), and a cancel that comes after it was reused finds
-  // another identity there and does nothing.
-  d->close();
-  try {
-    detail::cancel_everywhere(*m_ctx, d->fd(), m_id);
-  } catch (const std::bad_alloc&) {
-    // A wait on another ring is then ended by its stop token, or by the next signal.
-  }
+  // flight are cancelled (a signalfd has no shutdown that would end them).
+  detail::close_and_cancel(*m_ctx, m_desc, m_id);
 }
 
 namespace detail {

@@ -548,6 +548,15 @@ void cancel_everywhere(uring_context& ctx, int fd, std::uint64_t id) {
   }
 }
 
+void close_and_cancel(uring_context& ctx, descriptor* d, std::uint64_t id) noexcept {
+  if (d == nullptr || d->closed()) return;
+  d->close();
+  try {
+    cancel_everywhere(ctx, d->fd(), id);
+  } catch (const std::bad_alloc&) {
+  }
+}
+
 }  // namespace detail
 
 void tcp_stream::close() noexcept {

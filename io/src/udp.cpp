@@ -71,16 +71,8 @@ endpoint udp_socket::local_endpoint() const noexcept {
 }
 
 void udp_socket::close() noexcept {
-  detail::descriptor* const d = m_desc;
-  if (d == nullptr || d->closed()) return;
-  // As signal_set::close: closed first (nothing begins after), then what is in flight
-  // is cancelled by fd and identity (a datagram socket's shutdown ends no recvmsg).
-  d->close();
-  try {
-    detail::cancel_everywhere(*m_ctx, d->fd(), m_id);
-  } catch (const std::bad_alloc&) {
-    // A receive on another ring then ends by its stop token, or with the next datagram.
-  }
+  // A datagram socket's shutdown ends no recvmsg: the pending ones are cancelled.
+  detail::close_and_cancel(*m_ctx, m_desc, m_id);
 }
 
 namespace detail {

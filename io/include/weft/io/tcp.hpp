@@ -92,6 +92,12 @@ std::uint64_t new_socket_id() noexcept;
 /// ring of `ctx` (uring_impl::cancel_socket: nothing where the number is another's now).
 /// Throws std::bad_alloc (a call to hand to another thread's ring).
 void cancel_everywhere(uring_context& ctx, int fd, std::uint64_t id);
+/// close() of an object whose operations a shutdown does not end (a signalfd, a UDP
+/// socket): marks `d` closed (no operation begins after this), then cancels those in
+/// flight by fd and identity; the number stays open until they ended. Null or closed
+/// already: nothing. Never throws (no memory for a cancel to another ring: that
+/// operation ends by its stop token or its own completion).
+void close_and_cancel(uring_context& ctx, descriptor* d, std::uint64_t id) noexcept;
 
 /// An operation on a socket: holds the socket's descriptor (weft/io/detail/descriptor.hpp),
 /// so that its fd number stays open until the operation ended, and an operation awaited
