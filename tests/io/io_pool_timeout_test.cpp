@@ -17,6 +17,7 @@
 #include <catch2/catch.hpp>
 
 #include "bounded_wait.hpp"
+#include "deadline_shutdown.hpp"
 #include "io_support.hpp"
 #include "sync.hpp"
 
@@ -165,18 +166,6 @@ TEST_CASE("io_pool timeout: many deadlines on every worker, most removed, some f
   CHECK(timed_out.load() == (tasks + 2) / 3);  // exactly the short ones
 }
 
-namespace {
-
-weft::task<void> wait_under_deadline(std::chrono::steady_clock::time_point when, std::atomic<int>& entered,
-                                     std::atomic<int>& outcome) {
-  weft::manual_reset_event never;
-  entered.store(1, std::memory_order_release);
-  auto r = co_await weft::with_deadline(never.wait(), when);
-  outcome.store(r.ec == std::errc::timed_out ? 1 : 2, std::memory_order_release);
-}
-
-}  // namespace
-
 TEST_CASE("io_pool timeout: a deadline that comes while its worker is held and the pool shuts down",
           "[io][io_pool][timeout]") {
   // The deadline is in worker 0's queue; that worker is held (it cannot poll) and the
@@ -190,31 +179,5 @@ TEST_CASE("io_pool timeout: a deadline that comes while its worker is held and t
     WARN("SKIPPED (io_uring unavailable): " << e.what());
     return;
   }
-  weft::thread_pool& raw = pool->pool();
-  std::atomic<int> entered{0}, outcome{0};
-  const auto when = std::chrono::steady_clock::now() + std::chrono::milliseconds(WEFT_SANITIZED ? 1000 : 300);
-  weft::post(raw, wait_under_deadline(when, entered, outcome));
-  REQUIRE(weft_test::eventually([&] { return entered.load(std::memory_order_acquire) == 1; }));
-  weft_test::gate started, release;
-  weft::post(raw, weft_test::hold_worker(started, release));
-  started.wait();
-  std::thread destroyer([&] { pool.reset(); });
-  REQUIRE(weft_test::eventually([&] {
-    try {
-      weft::post(raw, []() -> weft::task<void> { co_return; }());
-      return false;
-    } catch (const weft::shutdown_error&) {
-      return true;
-    }
-  }));
-  const bool refused_first = std::chrono::steady_clock::now() < when;
-  std::this_thread::sleep_until(when);
-  if (refused_first) {
-    CHECK(weft_test::eventually([&] { return outcome.load(std::memory_order_acquire) != 0; }));
-  } else {
-    WARN("the deadline fired before the pool refused work: the refused case was not exercised");
-  }
-  release.open();
-  destroyer.join();
-  CHECK(outcome.load() == 1);
+  weft_test::check_deadline_during_shutdown(pool->pool(), [&] { pool.reset(); });
 }

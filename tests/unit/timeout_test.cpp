@@ -13,6 +13,7 @@
 #include <catch2/catch.hpp>
 
 #include "bounded_wait.hpp"
+#include "deadline_shutdown.hpp"
 #include "executors.hpp"
 #include "sync.hpp"
 
@@ -148,55 +149,8 @@ TEST_CASE("with_timeout: deadlines racing the task's own end", "[timeout][stress
   WARN(in_time << " in time, " << late << " late of " << rounds);
 }
 
-namespace {
-
-// Waits on an event nobody sets under a deadline; records what with_timeout reported.
-weft::task<void> wait_under_deadline(std::chrono::steady_clock::time_point when, std::atomic<int>& entered,
-                                     std::atomic<int>& outcome) {
-  weft::manual_reset_event never;
-  entered.store(1, std::memory_order_release);
-  auto r = co_await weft::with_deadline(never.wait(), when);
-  outcome.store(r.ec == std::errc::timed_out ? 1 : 2, std::memory_order_release);
-}
-
-}  // namespace
-
-// The deadline fires while the pool of the task it stops shuts down (its destructor
-// already refuses work from outside, its one worker is still busy): the timer thread
-// cannot hand the woken task to the pool. It must not terminate the process: the task
-// is resumed on the timer thread and reports the timeout.
 TEST_CASE("with_timeout: a deadline that fires while the task's pool shuts down", "[timeout]") {
   std::optional<weft::thread_pool> pool;
   pool.emplace(weft::pool_options{.threads = 1});
-  weft::thread_pool& raw = *pool;
-  std::atomic<int> entered{0}, outcome{0};
-  const auto when = std::chrono::steady_clock::now() + std::chrono::milliseconds(WEFT_SANITIZED ? 1000 : 300);
-  weft::post(raw, wait_under_deadline(when, entered, outcome));
-  REQUIRE(weft_test::eventually([&] { return entered.load(std::memory_order_acquire) == 1; }));
-  weft_test::gate started, release;
-  weft::post(raw, weft_test::hold_worker(started, release));
-  started.wait();
-  std::thread destroyer([&] { pool.reset(); });
-  // Until the destructor refuses work from outside.
-  REQUIRE(weft_test::eventually([&] {
-    try {
-      weft::post(raw, []() -> weft::task<void> { co_return; }());
-      return false;
-    } catch (const weft::shutdown_error&) {
-      return true;
-    }
-  }));
-  const bool refused_first = std::chrono::steady_clock::now() < when;
-  // Either order of the deadline and the refusal is correct: fired first, the task was
-  // queued behind the held worker and runs once it is released.
-  std::this_thread::sleep_until(when);
-  if (refused_first) {
-    // Refused wake-up: the task ends on the timer thread while the worker is held.
-    CHECK(weft_test::eventually([&] { return outcome.load(std::memory_order_acquire) != 0; }));
-  } else {
-    WARN("the deadline fired before the pool refused work: the refused case was not exercised");
-  }
-  release.open();
-  destroyer.join();
-  CHECK(outcome.load() == 1);
+  weft_test::check_deadline_during_shutdown(*pool, [&] { pool.reset(); });
 }
