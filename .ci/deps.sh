@@ -10,7 +10,7 @@
 weft_required_packages=(
   clang-19 libclang-rt-19-dev g++-12 cmake ninja-build pkg-config python3
   catch2 libhwloc-dev libtbb-dev libomp-19-dev libasio-dev liburing-dev
-  libboost-context-dev wrk
+  libboost-context-dev libssl-dev wrk
 )
 
 weft_ensure_deps() {

@@ -15,6 +15,11 @@
 // request, which still tells servers apart when wrk, sharing the machine, is the
 // bottleneck), and `--size C` is `--connections C`.
 //
+// --idle N first opens N keep-alive connections that make one request each and then stay
+// open, idle, through the wrk runs (sources 127.0.0.2 and up, RLIMIT_NOFILE raised to fit
+// them); it prints `idle: connections=N ... bytes_per_idle=B` (the server's resident
+// memory before and after opening them), and fails if the server closed any.
+//
 // --pin puts wrk on a CPU of its own (the first this process may use) and the server on
 // the others: on a small machine the only way to give the server a fixed share.
 //
@@ -24,16 +29,28 @@
 //               user would otherwise write);
 //   weft-asio   weft tasks over T weft::io::asio_executor, use_task;
 //   weft        weft tasks on one weft::io::io_pool of T workers, each with its own
-//               io_uring ring; one listener and accept loop per worker;
-//   weft-uring  weft tasks over T weft::io::uring_context, tcp_listener/tcp_stream;
+//               io_uring ring; one listener and accept loop per worker; connections
+//               receive() into buffers leased from their worker's pool, and keep no
+//               buffer between requests;
+//   weft-uring  weft tasks over T weft::io::uring_context, tcp_listener/tcp_stream,
+//               read_some into a 4 KiB buffer of each connection (as asio);
 //   nginx       the Debian package, started by this binary with a generated config
 //               (worker_processes T, access log off, keep-alive) in a temporary
 //               directory, stopped and removed afterwards; never the system's service.
+//   weft-https  weft's flavor over weft::io::tls_stream (component weft::tls);
+//   nginx-https nginx with `listen ... ssl`. Both: one certificate made at start (EC
+//               P-256, in the temporary directory for nginx), TLS 1.3 only with
+//               TLS_AES_128_GCM_SHA256, session tickets on (--no-resume: off), wrk
+//               over https://. --handshakes: every request asks `Connection: close`,
+//               so every request is a new connection and a handshake (full, or resumed
+//               where the client offers a ticket), and requests/s is handshakes/s.
 // Every server sends the same response: status line, Server, Date (refreshed once a
 // second), Content-Type, Content-Length and the body, as nginx's does.
 #include <asio.hpp>
 #include <asio/experimental/as_tuple.hpp>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -57,10 +74,14 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <thread>
 #include <vector>
 
+#include <openssl/ssl.h>
+
 #include <weft/io/io.hpp>
+#include <weft/io/tls.hpp>
 #include <weft/weft.hpp>
 
 namespace {
@@ -76,7 +97,8 @@ constexpr std::size_t k_buffer = 4096;
 /// (the Date header). Not thread-safe: one per thread.
 class response_cache {
  public:
-  std::string_view get() {
+  /// `close`: with `Connection: close` (the connection ends after it).
+  std::string_view get(bool close = false) {
     const std::time_t now = std::time(nullptr);
     if (now != m_second) {
       m_second = now;
@@ -86,15 +108,19 @@ class response_cache {
       std::strftime(date, sizeof date, "%a, %d %b %Y %H:%M:%S GMT", &tm);
       m_text = "HTTP/1.1 200 OK\r\nServer: weft-bench\r\nDate: ";
       m_text += date;
-      m_text += "\r\nContent-Type: text/plain\r\nContent-Length: 13\r\n\r\n";
+      m_text += "\r\nContent-Type: text/plain\r\nContent-Length: 13\r\n";
+      m_close = m_text + "Connection: close\r\n\r\n";
+      m_close += k_body;
+      m_text += "\r\n";
       m_text += k_body;
     }
-    return m_text;
+    return close ? m_close : m_text;
   }
 
  private:
   std::time_t m_second = 0;
   std::string m_text;
+  std::string m_close;
 };
 
 constexpr std::string_view k_not_found = "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n";
@@ -103,6 +129,8 @@ constexpr std::string_view k_not_found = "HTTP/1.1 404 Not Found\r\nContent-Leng
 struct counters {
   std::atomic<std::uint64_t> answered{0};
   std::atomic<std::uint64_t> refused{0};
+  std::atomic<std::uint64_t> handshakes{0};  // TLS flavors: handshakes completed,
+  std::atomic<std::uint64_t> resumed{0};     // and of them resumed sessions
 };
 
 /// One connection's request parser: feed it what was read, get the responses to send.
@@ -121,8 +149,14 @@ class connection_state {
       if (end == std::string::npos) break;
       const std::string_view request(m_pending.data() + start, end - start);
       if (request.starts_with("GET /plaintext ")) {
-        out += cache.get();
+        const bool close = asks_close(request);
+        out += cache.get(close);
         c.answered.fetch_add(1, std::memory_order_relaxed);
+        if (close) {  // nothing after it is answered: the connection ends with this response
+          m_close = true;
+          m_pending.clear();
+          return true;
+        }
       } else {
         out += k_not_found;
         c.refused.fetch_add(1, std::memory_order_relaxed);
@@ -132,9 +166,25 @@ class connection_state {
     m_pending.erase(0, start);
     return m_pending.size() <= k_buffer;
   }
+  /// True once a request asked for `Connection: close`: send `out`, then close.
+  bool closing() const noexcept { return m_close; }
+  /// Between requests (nothing pending): frees the memory of the partial-request store and
+  /// of `out`, so that an idle connection keeps none (as nginx frees its buffers).
+  void release_idle(std::string& out) {
+    if (!m_pending.empty()) return;
+    std::string().swap(m_pending);
+    std::string().swap(out);
+  }
 
  private:
+  static bool asks_close(std::string_view request) {
+    std::string lower(request);
+    for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    return lower.find("\r\nconnection: close") != std::string::npos;
+  }
+
   std::string m_pending;
+  bool m_close = false;
 };
 
 // ---- plain Asio: one io_context per thread ----------------------------------------------------
@@ -190,6 +240,16 @@ double self_cpu_seconds() {
 }
 
 /// A server running until destroyed.
+/// A field of /proc/<pid>/status in KiB ("VmRSS:", "VmHWM:"); 0 when unreadable.
+long proc_status_kib(pid_t pid, std::string_view field) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.starts_with(field)) return std::strtol(line.c_str() + field.size(), nullptr, 10);
+  }
+  return 0;
+}
+
 class server {
  public:
   virtual ~server() = default;
@@ -198,6 +258,8 @@ class server {
   /// CPU seconds the server has used so far: on a machine whose client (wrk) takes as
   /// much CPU as the server, requests/s stop telling servers apart; CPU per request does.
   virtual double cpu_seconds() const { return self_cpu_seconds(); }
+  /// The server's resident memory now (this process's, for the in-process flavors).
+  virtual long rss_kib() const { return proc_status_kib(::getpid(), "VmRSS:"); }
 };
 
 class asio_server final : public server {
@@ -323,18 +385,21 @@ weft::task<void> weft_uring_session(weft::io::tcp_stream s, counters& c) {
     if (!st.feed(buf, n, cache, c, out)) co_return;
     if (out.empty()) continue;
     auto written = co_await s.write_all(out.data(), out.size());
-    if (written.ec) co_return;
+    if (written.ec || st.closing()) co_return;
   }
 }
 
-weft::task<void> weft_uring_accept(weft::io::tcp_listener& l, counters& c) {
+using weft_session = weft::task<void> (*)(weft::io::tcp_stream, counters&);
+
+// One listener's accept loop; each connection runs `session`.
+weft::task<void> weft_uring_accept(weft::io::tcp_listener& l, counters& c, weft_session session) {
   weft::scope conns{co_await weft::this_task::stop_token()};
   for (;;) {
     auto [ec, s] = co_await l.accept();
     if (ec == std::errc::operation_canceled) break;
     if (ec) continue;
     (void)s.set_no_delay(true);
-    conns.spawn(weft_uring_session, std::move(s), std::ref(c));
+    conns.spawn(session, std::move(s), std::ref(c));
   }
   co_await conns.join();
 }
@@ -350,7 +415,8 @@ class weft_uring_server final : public server {
         throw std::system_error(ec, "weft-uring: listen");
       m_port = m_listeners[0]->local_endpoint().port();
     }
-    for (int i = 0; i < threads; ++i) m_loops.start(*m_io[i], weft_uring_accept(*m_listeners[i], m_counters));
+    for (int i = 0; i < threads; ++i)
+      m_loops.start(*m_io[i], weft_uring_accept(*m_listeners[i], m_counters, weft_uring_session));
   }
   unsigned short port() const override { return m_port; }
   const counters& stats() const override { return m_counters; }
@@ -365,26 +431,132 @@ class weft_uring_server final : public server {
 
 // ---- weft tasks on an io_pool: a ring per worker ----------------------------------------------
 
+/// One SO_REUSEPORT listener on loopback per worker of `io`, all on one port (the kernel's pick):
+/// each worker accepts on its own ring.
+struct worker_listeners {
+  std::vector<std::unique_ptr<weft::io::tcp_listener>> listeners;
+  unsigned short port = 0;
+
+  worker_listeners(weft::io::io_pool& io, const char* flavor) {
+    for (std::size_t i = 0; i < io.thread_count(); ++i) {
+      listeners.push_back(std::make_unique<weft::io::tcp_listener>(io, i));
+      if (auto ec =
+              listeners[i]->listen(weft::io::endpoint::loopback(port), {.backlog = SOMAXCONN, .reuse_port = true}))
+        throw std::system_error(ec, std::string(flavor) + ": listen");
+      port = listeners[0]->local_endpoint().port();
+    }
+  }
+};
+
+// A connection of the weft flavor: receive() leases a buffer of the worker's pool only once
+// a request arrived, so a connection waiting for its next request holds no buffer.
+weft::task<void> weft_leased_session(weft::io::tcp_stream s, counters& c) {
+  static thread_local response_cache cache;
+  connection_state st;
+  std::string out;
+  for (;;) {
+    auto [ec, buf] = co_await s.receive();
+    if (ec == std::errc::no_buffer_space) {  // every buffer leased: the request waits in the socket
+      co_await weft::io::sleep_for(s.context(), std::chrono::milliseconds(1));
+      continue;
+    }
+    if (ec) co_return;
+    const bool ok = st.feed(reinterpret_cast<const char*>(buf.data()), buf.size(), cache, c, out);
+    buf.reset();
+    if (!ok) co_return;
+    if (out.empty()) continue;
+    auto written = co_await s.write_all(out.data(), out.size());
+    if (written.ec || st.closing()) co_return;
+    st.release_idle(out);
+  }
+}
+
 class weft_pool_server final : public server {
  public:
-  explicit weft_pool_server(int threads) : m_io(weft::pool_options{.threads = static_cast<std::size_t>(threads)}) {
-    for (int i = 0; i < threads; ++i) {
-      m_listeners.push_back(std::make_unique<weft::io::tcp_listener>(m_io, static_cast<std::size_t>(i)));
-      const auto at = weft::io::endpoint::loopback(m_port);
-      if (auto ec = m_listeners[i]->listen(at, {.backlog = SOMAXCONN, .reuse_port = true}))
-        throw std::system_error(ec, "weft: listen");
-      m_port = m_listeners[0]->local_endpoint().port();
-    }
-    for (int i = 0; i < threads; ++i) m_loops.start(m_io, weft_uring_accept(*m_listeners[i], m_counters));
+  explicit weft_pool_server(int threads)
+      : m_io(weft::pool_options{.threads = static_cast<std::size_t>(threads)}), m_listen(m_io, "weft") {
+    for (auto& l : m_listen.listeners) m_loops.start(m_io, weft_uring_accept(*l, m_counters, weft_leased_session));
   }
-  unsigned short port() const override { return m_port; }
+  unsigned short port() const override { return m_listen.port; }
   const counters& stats() const override { return m_counters; }
 
  private:
   counters m_counters;
   weft::io::io_pool m_io;
-  std::vector<std::unique_ptr<weft::io::tcp_listener>> m_listeners;
-  unsigned short m_port = 0;
+  worker_listeners m_listen;
+  accept_loops m_loops;  // last: stopped and joined first
+};
+
+// ---- weft over TLS on an io_pool ----------------------------------------------------------------
+
+/// The certificate of the https flavors, made once per process (EC P-256, 2 days).
+const weft::io::tls_certificate& bench_certificate() {
+  static const weft::io::tls_certificate c = weft::io::make_self_signed_certificate({"localhost", "127.0.0.1"}, 2);
+  return c;
+}
+
+/// TLS 1.3 with TLS_AES_128_GCM_SHA256 only, as the nginx-https config says.
+weft::io::tls_context https_context(bool resume) {
+  auto ctx = weft::io::tls_context::server();
+  if (auto ec = ctx.use_certificate_chain(bench_certificate().chain_pem)) throw std::system_error(ec, "certificate");
+  if (auto ec = ctx.use_private_key(bench_certificate().key_pem)) throw std::system_error(ec, "key");
+  if (auto ec = ctx.set_min_version(weft::io::tls_version::tls1_3)) throw std::system_error(ec, "TLS 1.3");
+  SSL_CTX_set_ciphersuites(static_cast<SSL_CTX*>(ctx.native_handle()), "TLS_AES_128_GCM_SHA256");
+  ctx.set_session_resumption(resume);
+  return ctx;
+}
+
+weft::task<void> weft_https_session(weft::io::tcp_stream s, weft::io::tls_context ctx, counters& c) {
+  static thread_local response_cache cache;
+  weft::io::tls_stream tls(std::move(s), ctx);
+  if (co_await tls.handshake()) co_return;
+  c.handshakes.fetch_add(1, std::memory_order_relaxed);
+  if (tls.resumed()) c.resumed.fetch_add(1, std::memory_order_relaxed);
+  connection_state st;
+  std::string out;
+  char buf[k_buffer];
+  for (;;) {
+    auto [ec, n] = co_await tls.read_some(buf, sizeof buf);
+    if (ec || n == 0) break;
+    if (!st.feed(buf, n, cache, c, out)) break;
+    if (out.empty()) continue;
+    auto written = co_await tls.write_all(out.data(), out.size());
+    if (written.ec) co_return;
+    if (st.closing()) {
+      (void)co_await tls.shutdown();  // close_notify, as nginx sends; the client's may not come
+      co_return;
+    }
+  }
+}
+
+weft::task<void> weft_https_accept(weft::io::tcp_listener& l, weft::io::tls_context ctx, counters& c) {
+  weft::scope conns{co_await weft::this_task::stop_token()};
+  for (;;) {
+    auto [ec, s] = co_await l.accept();
+    if (ec == std::errc::operation_canceled) break;
+    if (ec) continue;
+    (void)s.set_no_delay(true);
+    conns.spawn(weft_https_session, std::move(s), ctx, std::ref(c));
+  }
+  co_await conns.join();
+}
+
+class weft_https_server final : public server {
+ public:
+  weft_https_server(int threads, bool resume)
+      : m_io(weft::pool_options{.threads = static_cast<std::size_t>(threads)}),
+        m_ctx(https_context(resume)),
+        m_listen(m_io, "weft-https") {
+    for (auto& l : m_listen.listeners) m_loops.start(m_io, weft_https_accept(*l, m_ctx, m_counters));
+  }
+  unsigned short port() const override { return m_listen.port; }
+  const counters& stats() const override { return m_counters; }
+
+ private:
+  counters m_counters;
+  weft::io::io_pool m_io;
+  weft::io::tls_context m_ctx;
+  worker_listeners m_listen;
   accept_loops m_loops;  // last: stopped and joined first
 };
 
@@ -423,22 +595,27 @@ double process_cpu_seconds(pid_t pid) {
 }
 
 /// Peak resident set (VmHWM) of process `pid`, in KiB; 0 when unreadable.
-long vm_hwm_kib(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.starts_with("VmHWM:")) return std::strtol(line.c_str() + 6, nullptr, 10);
-  }
-  return 0;
-}
+long vm_hwm_kib(pid_t pid) { return proc_status_kib(pid, "VmHWM:"); }
 
 class nginx_server final : public server {
  public:
-  explicit nginx_server(int threads, int connections) {
+  /// `https`: TLS as weft-https has it (the certificate in this server's directory);
+  /// `resume`: session tickets on.
+  nginx_server(int threads, int connections, bool https = false, bool resume = true) {
     char tmpl[] = "/tmp/weft-bench-nginx-XXXXXX";
     if (::mkdtemp(tmpl) == nullptr) throw std::system_error(errno, std::system_category(), "nginx: mkdtemp");
     m_dir = tmpl;
     m_port = free_port();
+    std::string tls;
+    if (https) {
+      std::ofstream(m_dir / "cert.pem") << bench_certificate().chain_pem;
+      std::ofstream(m_dir / "key.pem") << bench_certificate().key_pem;
+      tls = "    ssl_certificate " + (m_dir / "cert.pem").string() + ";\n" + "    ssl_certificate_key " +
+            (m_dir / "key.pem").string() + ";\n" +
+            "    ssl_protocols TLSv1.3;\n"
+            "    ssl_conf_command Ciphersuites TLS_AES_128_GCM_SHA256;\n" +
+            (resume ? "    ssl_session_tickets on;\n" : "    ssl_session_tickets off;\n    ssl_session_cache off;\n");
+    }
     {
       std::ofstream conf(m_dir / "nginx.conf");
       conf << "worker_processes " << threads << ";\n"
@@ -457,8 +634,8 @@ class nginx_server final : public server {
            << "  uwsgi_temp_path " << (m_dir / "uwsgi").string() << ";\n"
            << "  scgi_temp_path " << (m_dir / "scgi").string() << ";\n"
            << "  server {\n"
-           << "    listen 127.0.0.1:" << m_port << " reuseport backlog=65535;\n"
-           << "    location = /plaintext { default_type text/plain; return 200 \"" << k_body << "\"; }\n"
+           << "    listen 127.0.0.1:" << m_port << (https ? " ssl" : "") << " reuseport backlog=65535;\n"
+           << tls << "    location = /plaintext { default_type text/plain; return 200 \"" << k_body << "\"; }\n"
            << "  }\n"
            << "}\n";
     }
@@ -498,6 +675,12 @@ class nginx_server final : public server {
   long max_rss_kib() const {
     long total = vm_hwm_kib(m_pid);
     for (pid_t child : workers()) total += vm_hwm_kib(child);
+    return total;
+  }
+  /// The sum of VmRSS over the master and its workers.
+  long rss_kib() const override {
+    long total = proc_status_kib(m_pid, "VmRSS:");
+    for (pid_t child : workers()) total += proc_status_kib(child, "VmRSS:");
     return total;
   }
   /// The CPU time of the master and its workers.
@@ -547,10 +730,15 @@ double wrk_duration_us(const std::string& text) {
 /// With --pin: the CPU wrk runs on (taskset), else -1.
 int g_wrk_cpu = -1;
 
+/// https: the https:// scheme; close: every request with `Connection: close`.
+bool g_wrk_https = false;
+bool g_wrk_close = false;
+
 wrk_result run_wrk(unsigned short port, int connections, int seconds) {
   const std::string pin = g_wrk_cpu < 0 ? "" : "taskset -c " + std::to_string(g_wrk_cpu) + " ";
   const std::string cmd = pin + "wrk -t1 -c" + std::to_string(connections) + " -d" + std::to_string(seconds) +
-                          "s --timeout 10s --latency http://127.0.0.1:" + std::to_string(port) + "/plaintext 2>&1";
+                          "s --timeout 10s --latency " + (g_wrk_close ? "-H 'Connection: close' " : "") +
+                          (g_wrk_https ? "https" : "http") + "://127.0.0.1:" + std::to_string(port) + "/plaintext 2>&1";
   std::FILE* p = ::popen(cmd.c_str(), "r");
   if (p == nullptr) throw std::runtime_error("cannot run wrk");
   wrk_result r;
@@ -593,7 +781,8 @@ wrk_result run_wrk(unsigned short port, int connections, int seconds) {
 
 // ---- the command line --------------------------------------------------------------------------
 
-constexpr std::string_view k_flavors[] = {"weft", "weft-uring", "weft-asio", "asio", "nginx"};
+constexpr std::string_view k_flavors[] = {"weft",  "weft-uring", "weft-asio",  "asio",
+                                          "nginx", "weft-https", "nginx-https"};
 
 struct options {
   std::string flavor = "weft";
@@ -602,17 +791,29 @@ struct options {
   int seconds = 5;
   int runs = 1;
   bool pin = false;
+  int warmup = 1;           // seconds of the untimed wrk run
+  bool handshakes = false;  // every request on a new connection (Connection: close)
+  bool resume = true;       // TLS flavors: session tickets
+  int idle = 0;             // idle keep-alive connections held open beside wrk's
 };
 
 [[noreturn]] void usage(int status) {
   std::fprintf(status == 0 ? stdout : stderr,
-               "usage: http [--flavor F] [--threads T] [--connections C] [--seconds S] [--runs R] [--pin] [--list]\n"
-               "  --flavor F       one of: weft weft-uring weft-asio asio nginx (default weft)\n"
+               "usage: http [--flavor F] [--threads T] [--connections C] [--seconds S] [--runs R] [--pin]\n"
+               "            [--warmup S] [--handshakes] [--no-resume] [--idle N] [--list]\n"
+               "  --flavor F       one of: weft weft-uring weft-asio asio nginx weft-https nginx-https (default weft)\n"
                "  --threads T      server threads (nginx: worker processes), 1..1024 (default: hardware threads)\n"
                "  --connections C  wrk's connections, 1..60000 (default 256); --size C says the same\n"
                "  --seconds S      length of each timed wrk run, 1..3600 (default 5)\n"
                "  --runs R         timed runs after one untimed warm-up, 1..100 (default 1)\n"
                "  --pin            wrk on the first CPU this process may use, the server on the others\n"
+               "  --warmup S       length of the untimed warm-up run, 1..600 (default 1; thousands of TLS\n"
+               "                   connections take longer than that to make)\n"
+               "  --handshakes     every request asks Connection: close (a connection, and a TLS handshake, each)\n"
+               "  --no-resume      TLS flavors: session tickets off (every handshake a full one)\n"
+               "  --idle N         first open N keep-alive connections (one request each, then idle, from\n"
+               "                   127.0.0.2 and up) and report the server's memory per idle connection;\n"
+               "                   they must still be open at the end (default 0, at most 500000)\n"
                "  --list           print the flavors, one a line, and exit\n");
   std::exit(status);
 }
@@ -656,6 +857,14 @@ options parse(int argc, char** argv) {
       o.runs = parse_int("--runs", value(), 1, 100);
     } else if (a == "--pin") {
       o.pin = true;
+    } else if (a == "--warmup") {
+      o.warmup = parse_int("--warmup", value(), 1, 600);
+    } else if (a == "--handshakes") {
+      o.handshakes = true;
+    } else if (a == "--no-resume") {
+      o.resume = false;
+    } else if (a == "--idle") {
+      o.idle = parse_int("--idle", value(), 0, 500000);
     } else if (a == "--list") {
       for (auto f : k_flavors) std::printf("%.*s\n", static_cast<int>(f.size()), f.data());
       std::exit(0);
@@ -669,18 +878,161 @@ options parse(int argc, char** argv) {
   return o;
 }
 
-/// Room for the connections: raises RLIMIT_NOFILE to its hard limit (the server's in
-/// this process; wrk and nginx inherit it, each for its own side).
-void raise_fd_limit(int connections) {
+/// Room for the connections: raises RLIMIT_NOFILE to what the server's ends of
+/// `connections` wrk connections and `idle` idle ones need, beyond the hard limit where
+/// this process may (CAP_SYS_RESOURCE), else to the hard limit. The server's in this
+/// process; wrk, nginx and the idle clients' processes inherit it. False, after a
+/// message saying by how much, when the idle connections cannot fit.
+bool raise_fd_limit(int connections, int idle) {
+  const auto needed = static_cast<rlim_t>(connections) + static_cast<rlim_t>(idle) + 256;
   rlimit rl{};
   ::getrlimit(RLIMIT_NOFILE, &rl);
+  if (rl.rlim_max < needed) {
+    const rlimit want{needed, needed};
+    if (::setrlimit(RLIMIT_NOFILE, &want) == 0) return true;
+  }
   rl.rlim_cur = rl.rlim_max;
   ::setrlimit(RLIMIT_NOFILE, &rl);
-  const auto needed = static_cast<rlim_t>(connections + 256);
-  if (rl.rlim_cur < needed)
-    std::fprintf(stderr, "http: warning: RLIMIT_NOFILE %llu is below the %llu descriptors %d connections need\n",
-                 static_cast<unsigned long long>(rl.rlim_cur), static_cast<unsigned long long>(needed), connections);
+  if (rl.rlim_cur >= needed) return true;
+  std::fprintf(stderr, "http: %s: RLIMIT_NOFILE %llu is below the %llu descriptors %d connections%s need%s\n",
+               idle > 0 ? "error" : "warning", static_cast<unsigned long long>(rl.rlim_cur),
+               static_cast<unsigned long long>(needed), connections,
+               idle > 0 ? (" and " + std::to_string(idle) + " idle ones").c_str() : "",
+               idle > 0 ? " (raise the hard limit: ulimit -Hn, or CAP_SYS_RESOURCE)" : "");
+  return idle == 0;
 }
+
+/// --idle N: N keep-alive connections, each making one request and reading its response,
+/// then left open and idle for the rest of the run. Their client ends live in child
+/// processes forked at start (before any thread, so a child may allocate), k_per_child
+/// each: the server's process holds only its own ends, and the clients' memory is not
+/// the server's. Sources are spread over 127.0.0.2, .3, ...: 20,000 per address, within
+/// the ~28,000 ephemeral ports one source address has toward one server port.
+/// Child protocol over a socketpair: the parent sends {port}; the child opens its
+/// connections and answers {0} or {errno, index}; then each byte 'c' asks how many of
+/// them the server has closed or written to since (answered as an int); the parent's
+/// end closing ends the child, which closes its connections.
+class idle_clients {
+ public:
+  static constexpr int k_per_child = 15000;
+
+  explicit idle_clients(int n) : m_n(n) {
+    for (int first = 0; first < n; first += k_per_child) {
+      int sv[2];
+      if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
+        throw std::system_error(errno, std::system_category(), "idle clients: socketpair");
+      const pid_t pid = ::fork();
+      if (pid < 0) throw std::system_error(errno, std::system_category(), "idle clients: fork");
+      if (pid == 0) {
+        ::close(sv[0]);
+        for (const auto& c : m_children) ::close(c.fd);  // else an earlier child never sees its end close
+        child(sv[1], first, std::min(n, first + k_per_child));
+      }
+      ::close(sv[1]);
+      m_children.push_back({pid, sv[0]});
+    }
+  }
+  ~idle_clients() {
+    for (const auto& c : m_children) {
+      ::close(c.fd);
+      int status = 0;
+      ::waitpid(c.pid, &status, 0);
+    }
+  }
+  idle_clients(const idle_clients&) = delete;
+  idle_clients& operator=(const idle_clients&) = delete;
+
+  /// Opens every connection to `port` (the children in turn); throws on the first failure.
+  void open(unsigned short port) {
+    for (const auto& c : m_children) {
+      if (::send(c.fd, &port, sizeof port, MSG_NOSIGNAL) != sizeof port) throw std::runtime_error("idle clients: gone");
+      int reply[2] = {0, 0};
+      if (::recv(c.fd, reply, sizeof reply, MSG_WAITALL) != sizeof reply)
+        throw std::runtime_error("idle clients: gone");
+      if (reply[0] != 0)
+        throw std::system_error(reply[0], std::system_category(),
+                                "idle connection " + std::to_string(reply[1] + 1) + " of " + std::to_string(m_n));
+    }
+  }
+  /// How many the server has closed (or sent anything on) since they were opened.
+  int disturbed() const {
+    int total = 0;
+    for (const auto& c : m_children) {
+      const char ask = 'c';
+      int n = 0;
+      if (::send(c.fd, &ask, 1, MSG_NOSIGNAL) != 1 || ::recv(c.fd, &n, sizeof n, MSG_WAITALL) != sizeof n)
+        return m_n;  // a child that died counts all of its connections
+      total += n;
+    }
+    return total;
+  }
+
+ private:
+  struct child_process {
+    pid_t pid;
+    int fd;
+  };
+
+  [[noreturn]] static void child(int ctl, int first, int end) {
+    unsigned short port = 0;
+    if (::recv(ctl, &port, sizeof port, MSG_WAITALL) != sizeof port) ::_exit(0);
+    std::vector<int> fds;
+    fds.reserve(static_cast<std::size_t>(end - first));
+    int reply[2] = {0, 0};
+    for (int i = first; i < end && reply[0] == 0; ++i) {
+      reply[1] = i;
+      reply[0] = open_one(port, i, fds);
+    }
+    (void)::send(ctl, reply, sizeof reply, MSG_NOSIGNAL);
+    char ask = 0;
+    while (::recv(ctl, &ask, 1, 0) == 1) {
+      int n = 0;
+      for (int fd : fds) {
+        char ch = 0;
+        const ssize_t r = ::recv(fd, &ch, 1, MSG_DONTWAIT | MSG_PEEK);
+        if (r >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) ++n;
+      }
+      (void)::send(ctl, &n, sizeof n, MSG_NOSIGNAL);
+    }
+    ::_exit(0);  // the connections close with the process
+  }
+
+  // Connection i: connects from its source address, one request, its whole response.
+  // 0, or the errno of what failed (ECONNRESET: closed before the response).
+  static int open_one(unsigned short port, int i, std::vector<int>& fds) {
+    static constexpr std::string_view k_request = "GET /plaintext HTTP/1.1\r\nHost: localhost\r\n\r\n";
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return errno;
+    fds.push_back(fd);
+    const int on = 1;
+    (void)::setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &on, sizeof on);
+    sockaddr_in src{};
+    src.sin_family = AF_INET;
+    src.sin_addr.s_addr = htonl(INADDR_LOOPBACK + 1 + static_cast<std::uint32_t>(i / 20000));
+    if (::bind(fd, reinterpret_cast<const sockaddr*>(&src), sizeof src) != 0) return errno;
+    sockaddr_in dst{};
+    dst.sin_family = AF_INET;
+    dst.sin_port = htons(port);
+    dst.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd, reinterpret_cast<const sockaddr*>(&dst), sizeof dst) != 0) return errno;
+    const timeval limit{.tv_sec = 10, .tv_usec = 0};
+    (void)::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+    if (::send(fd, k_request.data(), k_request.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(k_request.size()))
+      return errno;
+    std::string got;
+    while (!got.ends_with(k_body)) {
+      char buf[512];
+      const ssize_t r = ::recv(fd, buf, sizeof buf, 0);
+      if (r == 0) return ECONNRESET;
+      if (r < 0) return errno;
+      got.append(buf, static_cast<std::size_t>(r));
+    }
+    return 0;
+  }
+
+  int m_n;
+  std::vector<child_process> m_children;
+};
 
 int fail(const std::string& what) {
   std::printf("FAIL: %s\n", what.c_str());
@@ -712,8 +1064,19 @@ std::string pin_client_and_server() {
 
 int main(int argc, char** argv) {
   const options o = parse(argc, argv);
-  raise_fd_limit(o.connections);
+  if (o.idle > 0 && o.flavor.ends_with("-https")) {
+    std::fprintf(stderr, "http: --idle speaks plain HTTP: not with %s\n", o.flavor.c_str());
+    return 2;
+  }
+  if (!raise_fd_limit(o.connections, o.idle)) return fail("too few file descriptors for --idle");
   ::signal(SIGPIPE, SIG_IGN);
+  // Forked first, while this process has one thread (see idle_clients).
+  std::unique_ptr<idle_clients> idle;
+  try {
+    if (o.idle > 0) idle = std::make_unique<idle_clients>(o.idle);
+  } catch (const std::exception& e) {
+    return fail(e.what());
+  }
   if (o.pin) {
     if (const std::string why = pin_client_and_server(); !why.empty()) {
       std::printf("SKIP: %s\n", why.c_str());  // this machine cannot run the pinned form
@@ -731,11 +1094,15 @@ int main(int argc, char** argv) {
       srv = std::make_unique<weft_pool_server>(o.threads);
     } else if (o.flavor == "weft-uring") {
       srv = std::make_unique<weft_uring_server>(o.threads);
+    } else if (o.flavor == "weft-https") {
+      srv = std::make_unique<weft_https_server>(o.threads, o.resume);
     } else {
-      auto n = std::make_unique<nginx_server>(o.threads, o.connections);
+      auto n = std::make_unique<nginx_server>(o.threads, o.connections, o.flavor == "nginx-https", o.resume);
       nginx = n.get();
       srv = std::move(n);
     }
+    g_wrk_https = o.flavor.ends_with("-https");
+    g_wrk_close = o.handshakes;
     const auto check = [&](const wrk_result& r, std::uint64_t answered_before) -> std::string {
       if (r.socket_errors != 0) return "wrk reported " + std::to_string(r.socket_errors) + " socket errors:\n" + r.raw;
       if (r.non_2xx != 0) return "wrk got " + std::to_string(r.non_2xx) + " non-2xx responses";
@@ -755,8 +1122,18 @@ int main(int argc, char** argv) {
       std::printf("http: rps=%.0f p50_us=%.0f p99_us=%.0f cpu_us=%.2f\n", r.requests_per_second, r.p50_us, r.p99_us,
                   cpu_s * 1e6 / static_cast<double>(r.requests));
     };
+    if (idle != nullptr) {
+      const long before = srv->rss_kib();
+      const auto start = std::chrono::steady_clock::now();
+      idle->open(srv->port());
+      const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the last ones settle
+      const long after = srv->rss_kib();
+      std::printf("idle: connections=%d rss_before_kib=%ld rss_after_kib=%ld bytes_per_idle=%.0f opened_s=%.1f\n",
+                  o.idle, before, after, static_cast<double>(after - before) * 1024.0 / o.idle, took);
+    }
     double cpu_before = srv->cpu_seconds();
-    const wrk_result warm = run_wrk(srv->port(), o.connections, 1);  // untimed
+    const wrk_result warm = run_wrk(srv->port(), o.connections, o.warmup);  // untimed
     if (auto why = check(warm, 0); !why.empty()) return fail("warm-up: " + why);
     metrics(warm, srv->cpu_seconds() - cpu_before);
     std::vector<wrk_result> runs;
@@ -767,6 +1144,12 @@ int main(int argc, char** argv) {
       const double cpu = srv->cpu_seconds() - cpu_before;
       if (auto why = check(runs.back(), before); !why.empty()) return fail("run " + std::to_string(i + 1) + ": " + why);
       metrics(runs.back(), cpu);
+    }
+    if (idle != nullptr) {
+      if (const int n = idle->disturbed(); n != 0)
+        return fail(std::to_string(n) + " of the " + std::to_string(o.idle) +
+                    " idle connections were closed or written to");
+      std::printf("idle: all %d still open and quiet\n", o.idle);
     }
     struct rusage ru{};
     ::getrusage(RUSAGE_SELF, &ru);
@@ -785,6 +1168,9 @@ int main(int argc, char** argv) {
           "    errors: 0\n",
           static_cast<long long>(o.seconds) * 1'000'000, rss, r.requests_per_second, r.p50_us, r.p99_us);
     }
+    if (g_wrk_https && nginx == nullptr)
+      std::printf("handshakes: %llu (%llu resumed)\n", static_cast<unsigned long long>(srv->stats().handshakes.load()),
+                  static_cast<unsigned long long>(srv->stats().resumed.load()));
     std::printf("output: %llu\n", static_cast<unsigned long long>(total));
     return 0;
   } catch (const weft::io::uring_unavailable& e) {

@@ -1,10 +1,10 @@
 # Install rules of weft, included by the top-level CMakeLists.txt once every library
 # target exists. What goes where (under the install prefix):
 #   include/weft/...                     every public header (core and I/O)
-#   lib/libweft*.a (or .so)              weft (core), weft_uring, weft_asio
+#   lib/libweft*.a (or .so)              weft (core), weft_uring, weft_asio, weft_tls (with OpenSSL)
 #   lib/cmake/weft/                      weft-config.cmake (see weft-config.cmake.in), its
 #                                        version file, one <export>-targets.cmake per component
-#   lib/pkgconfig/weft*.pc               weft, weft-uring, weft-asio, weft-io
+#   lib/pkgconfig/weft*.pc               weft, weft-uring, weft-asio, weft-io, weft-tls
 #   share/doc/weft/                      LICENSE, CHANGELOG.md
 include(CMakePackageConfigHelpers)
 
@@ -19,7 +19,13 @@ install(TARGETS weft_uring EXPORT weft-uring-targets ARCHIVE DESTINATION ${CMAKE
 install(TARGETS weft_asio EXPORT weft-asio-targets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(TARGETS weft_io EXPORT weft-io-targets)
-foreach(_weft_export IN ITEMS weft weft-uring weft-asio weft-io)
+set(_weft_exports weft weft-uring weft-asio weft-io)
+if(TARGET weft_tls)  # built where OpenSSL 3 is found (io/CMakeLists.txt)
+  install(TARGETS weft_tls EXPORT weft-tls-targets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+          LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+  list(APPEND _weft_exports weft-tls)
+endif()
+foreach(_weft_export IN LISTS _weft_exports)
   install(EXPORT ${_weft_export}-targets NAMESPACE weft:: DESTINATION ${_weft_cmake_dir})
 endforeach()
 install(DIRECTORY include/weft DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
@@ -91,7 +97,7 @@ else()
   set(WEFT_PC_REQUIRES "Requires.private")
   set(WEFT_PC_LIBS "Libs.private")
 endif()
-foreach(_weft_pc IN ITEMS weft weft-uring weft-asio weft-io)
+foreach(_weft_pc IN LISTS _weft_exports)
   configure_file(cmake/${_weft_pc}.pc.in ${CMAKE_CURRENT_BINARY_DIR}/pkgconfig/${_weft_pc}.pc @ONLY)
   install(FILES ${CMAKE_CURRENT_BINARY_DIR}/pkgconfig/${_weft_pc}.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 endforeach()

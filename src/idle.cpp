@@ -179,11 +179,17 @@ bool worker::park() noexcept {
   pool.ask_to_share();
   if (pool.any_work_seq_cst() && unpark()) return false;
   // Else: a waker may have taken us off the list already; its wake-up is consumed below.
-  if (m_reactor != nullptr) {
-    if (wait_in_reactor()) return false;  // its own events woke it: back to the loop, not parked
-  } else {
+  const std::int64_t since = steady_ns();
+  worker_counters::add(m_counters.parks);
+  m_counters.deque_depth.store(0, std::memory_order_relaxed);  // it found none
+  m_counters.parked_since.store(since, std::memory_order_relaxed);
+  const bool own_events = m_reactor != nullptr && wait_in_reactor();
+  if (m_reactor == nullptr)
     while (m_futex.load(std::memory_order_acquire) == 0) futex_wait(m_futex, 0);
-  }
+  m_counters.parked_since.store(0, std::memory_order_relaxed);
+  m_counters.parked_ns.store(m_counters.parked_ns.load(std::memory_order_relaxed) + (steady_ns() - since),
+                             std::memory_order_relaxed);
+  if (own_events) return false;  // its own events woke it: back to the loop, not parked
   if (pool.m_done.load(std::memory_order_relaxed)) return true;
   m_searching = true;  // the waker counted us as a searcher
   return false;

@@ -46,6 +46,7 @@ pool_impl::pool_impl(thread_pool& owner, const pool_options& opts, std::span<wor
 pool_impl::~pool_impl() = default;
 
 void pool_impl::start() {
+  m_started_ns = steady_ns();
   try {
     for (auto& w : m_workers) w->m_thread = std::thread([p = w.get()] { p->run(); });
   } catch (...) {

@@ -1,6 +1,7 @@
 // src/pool_impl.hpp: private state of weft::thread_pool, shared by the files that
 // implement it: worker.cpp (the worker loop), stealing.cpp (victims and stealing),
-// idle.cpp (spinning, parking, waking), topology.cpp (hwloc), pool.cpp (lifecycle).
+// idle.cpp (spinning, parking, waking), topology.cpp (hwloc), pool.cpp (lifecycle),
+// metrics.cpp (the counters' snapshot).
 #pragma once
 
 #include <array>
@@ -20,6 +21,7 @@
 #include "weft/detail/reactor.hpp"
 #include "weft/detail/split_deque.hpp"
 #include "weft/detail/worker_context.hpp"
+#include "weft/metrics.hpp"
 #include "weft/pool.hpp"
 
 namespace weft::detail {
@@ -41,6 +43,7 @@ class inbox {
   bool empty(unsigned prio, std::memory_order mo = std::memory_order_relaxed) const noexcept {
     return m_sizes[prio].value.load(mo) == 0;
   }
+  std::size_t size(unsigned prio) const noexcept { return m_sizes[prio].value.load(std::memory_order_relaxed); }
 
  private:
   struct alignas(k_cache_line) counter {
@@ -51,6 +54,26 @@ class inbox {
   std::vector<counter> m_sizes;
 };
 
+/// A worker's own counters (weft/metrics.hpp): written only by the worker, with a
+/// relaxed load and store (no read-modify-write), read by metrics() from any thread.
+struct alignas(k_cache_line) worker_counters {
+  std::atomic<std::uint64_t> tasks_run{0};
+  std::atomic<std::uint64_t> tasks_stolen{0};
+  std::atomic<std::uint64_t> steal_attempts{0};
+  std::atomic<std::uint64_t> parks{0};
+  std::atomic<std::int64_t> parked_ns{0};     // parks that ended
+  std::atomic<std::int64_t> parked_since{0};  // steady clock ns of the park in progress, 0: none
+  std::atomic<std::int64_t> started{0};       // steady clock ns when the worker started, 0: not yet
+  std::atomic<std::uint32_t> deque_depth{0};
+
+  static void add(std::atomic<std::uint64_t>& c, std::uint64_t n = 1) noexcept {
+    c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  }
+};
+
+/// Steady clock nanoseconds (the clock of worker_counters).
+std::int64_t steady_ns() noexcept;
+
 /// One worker thread. The worker_context base is what inline fast paths see.
 struct alignas(k_cache_line) worker : worker_context {
   worker(pool_impl& pool, unsigned index, unsigned prios);
@@ -59,6 +82,7 @@ struct alignas(k_cache_line) worker : worker_context {
   void* find_work() noexcept;                        // highest priority first (worker.cpp)
   void* search(bool& ran_io) noexcept;               // steal while searching (stealing.cpp)
   void* steal_at(unsigned prio, bool ask) noexcept;  // one sweep over the victims (stealing.cpp)
+  void publish_depth() noexcept;                     // worker_counters::deque_depth (worker.cpp)
   bool park() noexcept;                              // true when the pool is finished (idle.cpp)
   void wake_up() noexcept;                           // after m_futex = 1: end its wait (idle.cpp)
   bool unpark() noexcept;                            // off the parked list, unless a waker took it off (idle.cpp)
@@ -87,8 +111,9 @@ struct alignas(k_cache_line) worker : worker_context {
     std::int64_t since_ns = 0;
   };
   std::array<lone_sighting, k_lone_slots> m_lone_seen{};
-  bool m_searching = false;                                     // counted as a searcher in the pool's idle word
-  worker_reactor* m_reactor = nullptr;                          // weft::io::io_pool's ring of this worker, if any
+  bool m_searching = false;             // counted as a searcher in the pool's idle word
+  worker_reactor* m_reactor = nullptr;  // weft::io::io_pool's ring of this worker, if any
+  worker_counters m_counters;
   alignas(k_cache_line) std::atomic<std::uint32_t> m_futex{0};  // 1 = woken
   std::thread m_thread;
 };
@@ -102,6 +127,7 @@ class pool_impl {
   void stop() noexcept;  // drain and join (idle.cpp documents the protocol)
 
   void schedule(void* item, unsigned prio);      // from any thread
+  pool_metrics metrics() const;                  // from any thread (metrics.cpp)
   void announce_urgent(unsigned prio) noexcept;  // lower every worker's m_inline_limit to prio + 1
   worker* current_worker() const noexcept;       // the calling thread's worker of this pool, or null
 
@@ -122,6 +148,7 @@ class pool_impl {
 
   thread_pool& m_owner;
   pool_options m_opts;
+  std::int64_t m_started_ns = 0;  // steady clock, when start() began (metrics' uptime)
   std::vector<std::unique_ptr<worker>> m_workers;
   std::vector<std::vector<std::uint32_t>> m_steal_orders;  // one per core class (topology.cpp)
 

@@ -36,15 +36,16 @@ namespace weft::detail {
 namespace {
 constexpr std::int64_t k_lone_patience_ns = 3000;
 
-std::int64_t now_ns() noexcept {
+}  // namespace
+
+std::int64_t steady_ns() noexcept {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
-}  // namespace
 
 bool worker::lone_ripe(std::size_t key, std::uint64_t word) noexcept {
   lone_sighting& seen = m_lone_seen[key % k_lone_slots];
-  const std::int64_t now = now_ns();
+  const std::int64_t now = steady_ns();
   if (seen.key != key || seen.word != word) {
     seen.key = key;
     seen.word = word;
@@ -59,7 +60,8 @@ void* worker::steal_at(unsigned prio, bool ask) noexcept {
   for (std::uint32_t k = 0; k < m_victim_count; ++k) {
     std::uint32_t v = m_victim_order[k] + m_victim_shift;  // both below `workers`
     if (v >= workers) v -= workers;
-    if (!m_pool.may_have_work(v)) continue;  // one bit, instead of its deque's and inbox's lines
+    if (!m_pool.may_have_work(v)) continue;           // one bit, instead of its deque's and inbox's lines
+    worker_counters::add(m_counters.steal_attempts);  // its deque and inbox
     worker& victim = *m_pool.m_workers[v];
     split_deque& d = victim.m_deques[prio];
     if (ask || d.looks_stealable()) {
@@ -68,10 +70,16 @@ void* worker::steal_at(unsigned prio, bool ask) noexcept {
       if (n == 0) {
         if (ask) d.request_share();
       } else if (!split_deque::lone(word) || lone_ripe(std::size_t{v} * m_prios + prio, word)) {
-        if (void* item = d.steal_from(word)) return item;
+        if (void* item = d.steal_from(word)) {
+          worker_counters::add(m_counters.tasks_stolen);
+          return item;
+        }
       }
     }
-    if (void* item = victim.m_inbox.try_steal(prio)) return item;
+    if (void* item = victim.m_inbox.try_steal(prio)) {
+      worker_counters::add(m_counters.tasks_stolen);
+      return item;
+    }
   }
   return nullptr;
 }

@@ -97,6 +97,7 @@ void worker::run() {
   if (opts.pin) pin_current_thread(m_index);
   run_thread_hook(opts.on_thread_start, m_index, "on_thread_start");
   if (m_reactor != nullptr) m_reactor->attach(m_index);
+  m_counters.started.store(steady_ns(), std::memory_order_relaxed);
   unsigned io_tick = 0;
   for (;;) {
     void* item = find_work();
@@ -119,6 +120,7 @@ void worker::run() {
       if (park()) break;
       continue;
     }
+    worker_counters::add(m_counters.tasks_run);
     std::coroutine_handle<>::from_address(item).resume();
   }
   if (m_reactor != nullptr) m_reactor->detach();
@@ -134,6 +136,7 @@ void* worker::find_work() noexcept {
     m_inline_limit.store(m_prios, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_acquire);  // pairs with announce_urgent's release store
   const bool inbox_first = ++m_tick % 61 == 0;
+  if (inbox_first) publish_depth();
   for (unsigned p = 0; p < m_prios; ++p) m_deques[p].restore_lone_credit();  // a new run (split_deque.hpp)
   for (unsigned p = 0; p < m_prios; ++p) {
     void* item = inbox_first ? m_inbox.pop(p) : nullptr;
@@ -152,6 +155,12 @@ void* worker::find_work() noexcept {
     }
   }
   return nullptr;
+}
+
+void worker::publish_depth() noexcept {
+  std::uint32_t depth = 0;
+  for (unsigned p = 0; p < m_prios; ++p) depth += m_deques[p].owner_depth();
+  m_counters.deque_depth.store(depth, std::memory_order_relaxed);
 }
 
 // ---- hooks used by the inline fast paths ---------------------------------------------

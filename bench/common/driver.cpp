@@ -125,6 +125,12 @@ int fail(std::string_view what) {
   return 1;
 }
 
+void print_pool_rates(const pool_counters& before, const pool_counters& after, double seconds) {
+  if (seconds <= 0) seconds = 1e-9;
+  std::printf("pool: steals_per_s=%.0f parks_per_s=%.0f\n", static_cast<double>(after.stolen - before.stolen) / seconds,
+              static_cast<double>(after.parks - before.parks) / seconds);
+}
+
 void print_report(const options& opt, const std::vector<run_record>& runs, std::uint64_t output) {
   std::printf("threads: %d\nruns:\n", opt.threads);
   for (const auto& r : runs) {

@@ -78,6 +78,19 @@ long max_rss_kib();
 /// Prints `FAIL: <what>` and returns the exit status 1.
 int fail(std::string_view what);
 
+/// Counters of the pool a flavor runs on (weft's flavors: bench/common/executors.hpp
+/// sets it when it makes the pool): work items stolen and parks so far. Empty for the
+/// other flavors.
+struct pool_counters {
+  std::uint64_t stolen = 0;
+  std::uint64_t parks = 0;
+};
+inline pool_counters (*g_pool_counters)() = nullptr;
+
+/// After a run of `seconds` whose pool counters went from `before` to `after`: prints
+/// `pool: steals_per_s=.. parks_per_s=..` (a metrics line, bench/README.md).
+void print_pool_rates(const pool_counters& before, const pool_counters& after, double seconds);
+
 /// Prints the report (bench/README.md): threads, one block per run, output.
 void print_report(const options& opt, const std::vector<run_record>& runs, std::uint64_t output);
 
@@ -89,8 +102,16 @@ int run(int argc, char** argv, const workload<Answer>& w) {
   const options opt = parse_command_line(argc, argv, info);
   const auto fn = w.flavors[opt.flavor].run;
 
+  const auto warm_start = std::chrono::steady_clock::now();
   verdict v = w.check(opt.size, fn(opt.threads, opt.size));  // warm-up, untimed
   if (!v.ok) return fail("warm-up: " + v.what);
+  pool_counters before{};  // the pool was made during the warm-up: its counters start there
+  if (g_pool_counters != nullptr) {
+    const pool_counters after = g_pool_counters();
+    print_pool_rates(before, after,
+                     std::chrono::duration<double>(std::chrono::steady_clock::now() - warm_start).count());
+    before = after;
+  }
 
   std::vector<run_record> runs;
   for (int i = 0; i < opt.runs; ++i) {
@@ -101,6 +122,11 @@ int run(int argc, char** argv, const workload<Answer>& w) {
     if (!v.ok) return fail("run " + std::to_string(i + 1) + ": " + v.what);
     const auto us = std::chrono::duration_cast<std::chrono::microseconds>(stop - start);
     runs.push_back({static_cast<std::int64_t>(us.count()), max_rss_kib()});
+    if (g_pool_counters != nullptr) {
+      const pool_counters after = g_pool_counters();
+      print_pool_rates(before, after, std::chrono::duration<double>(stop - start).count());
+      before = after;
+    }
   }
   print_report(opt, runs, v.output);
   return 0;

@@ -15,6 +15,8 @@
 
 #include <weft/weft.hpp>
 
+#include "driver.hpp"
+
 namespace weft_bench {
 
 /// Throws unless `threads` is the count this process started with.
@@ -60,6 +62,11 @@ inline weft::thread_pool& weft_pool(int threads) {
   static weft::thread_pool pool{{.threads = static_cast<std::size_t>(threads)}};
   static const int first = threads;
   check_same_threads(first, threads);
+  // The driver prints its steals and parks per run (weft::thread_pool::metrics()).
+  g_pool_counters = [] {
+    const auto t = pool.metrics().total();
+    return pool_counters{t.tasks_stolen, t.parks};
+  };
   return pool;
 }
 

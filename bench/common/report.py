@@ -118,6 +118,10 @@ def tables(workloads, records, runs, notes):
         recs = ordered(w, [r for r in records if r["workload"] == w.name])
         if not recs:
             continue
+        # weft's flavors print their pool's steals and parks per run (bench/README.md).
+        pool_rates = any(r.get("metrics", {}).get("pool.steals_per_s") for r in recs)
+        if pool_rates:
+            head = head[:-1] + ("steals/s", "parks/s", "status")
         if getattr(w, "own_table", False):
             lines += own_table(w, recs, runs)
             continue
@@ -131,9 +135,13 @@ def tables(workloads, records, runs, notes):
         for r in recs:
             m, speedup, x_base, vs_peer = d[id(r)]
             status = "ok" if r["status"] == "ok" else "FAIL: " + r["reason"]
-            rows.append((r["flavor"], fmt(r["threads"], "d"), fmt(m and m / 1000, ",.2f"),
-                         fmt(spread(r), ".0%"), fmt(speedup, ".2f"), fmt(x_base, ".2f"),
-                         fmt(vs_peer, ".2f"), fmt(median_rss_mib(r), ".1f"), status))
+            row = (r["flavor"], fmt(r["threads"], "d"), fmt(m and m / 1000, ",.2f"),
+                   fmt(spread(r), ".0%"), fmt(speedup, ".2f"), fmt(x_base, ".2f"),
+                   fmt(vs_peer, ".2f"), fmt(median_rss_mib(r), ".1f"))
+            if pool_rates:
+                row += (fmt(metric_median(r, "pool.steals_per_s"), ",.0f"),
+                        fmt(metric_median(r, "pool.parks_per_s"), ",.0f"))
+            rows.append(row + (status,))
         widths = [max(len(row[i]) for row in rows) for i in range(len(head) - 1)]
         for row in rows:
             cells = [row[0].ljust(widths[0])] + [c.rjust(wd) for c, wd in zip(row[1:-1], widths[1:])]

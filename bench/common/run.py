@@ -60,6 +60,12 @@ WORKLOADS = [
              baseline="asio", peers=("asio",), single_thread=True),
     Workload("io_udp_st", ("asio", "weft-uring"), 100_000, 10_000, "{:,} datagrams of 64 bytes, 20 sockets",
              baseline="asio", peers=("asio",), single_thread=True),
+    Workload("io_file", ("seq", "weft-uring", "weft-uring-16", "asio", "asio-16"), 200_000, 20_000,
+             "{:,} random 4 KiB reads of a cached 64 MiB file", baseline="seq", peers=("asio", "asio-16"),
+             single_thread=True),
+    Workload("io_file_seq", ("seq", "weft", "weft-uring", "asio"), 4096, 256,
+             "{:,} MiB read in 64 KiB blocks, 32 in flight, from a cached file of up to 1 GiB", baseline="seq",
+             peers=("asio",), baseline_1t_only=False),
     # No sequential flavor: speedups are over weft's own mt at 1 thread; Asio is the peer.
     Workload("channel", ("mt", "mt-bounded", "st", "st-bounded", "asio"), 10_000_000, 100_000, "{:,} elements",
              baseline="mt", peers=("asio",), baseline_1t_only=False, one_thread=("st", "st-bounded")),

@@ -12,6 +12,7 @@
 #include <span>
 
 #include "weft/executor.hpp"
+#include "weft/metrics.hpp"
 
 namespace weft {
 
@@ -93,6 +94,12 @@ class thread_pool final : public executor {
 
   /// Number of worker threads. Thread-safe.
   std::size_t thread_count() const noexcept;
+
+  /// A snapshot of the workers' counters (weft/metrics.hpp): tasks run and stolen,
+  /// steal attempts, parks, time busy and parked, queue depths; for an io_pool's pool
+  /// also each ring's operations. Cheap (a few loads per worker, one allocation);
+  /// thread-safe, from any thread, workers included.
+  pool_metrics metrics() const;
 
  private:
   friend class io::io_pool;

@@ -12,6 +12,7 @@
 #include "weft/fork_group.hpp"
 #include "weft/group.hpp"
 #include "weft/latch.hpp"
+#include "weft/metrics.hpp"
 #include "weft/mutex.hpp"
 #include "weft/pool.hpp"
 #include "weft/post.hpp"

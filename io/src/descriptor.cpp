@@ -19,12 +19,17 @@ void descriptor::end() noexcept {
 }
 
 void descriptor::close() noexcept {
-  if (closed()) return;
-  // First, while the number is certainly ours: ends receives and sends in flight (and a
-  // connect) at once, so that the operations holding the number end soon.
+  // Counted as one more operation for the shutdown below, so that the number stays ours
+  // through it (begin fails once closed: idempotent).
+  if (!begin()) return;
+  // The closed bit before the shutdown: an operation that the shutdown ends (a receive
+  // with 0 bytes, a send with EPIPE) then sees it when its task resumes, and reports a
+  // local close (error::cancelled), never the peer's end.
+  m_state.fetch_or(k_closed, std::memory_order_acq_rel);
+  // Ends receives and sends in flight (and a connect) at once, so that the operations
+  // holding the number end soon.
   ::shutdown(m_fd, SHUT_RDWR);
-  const std::uint32_t old = m_state.fetch_or(k_closed, std::memory_order_acq_rel);
-  if ((old & k_closed) == 0 && old / k_op == 0) ::close(m_fd);
+  end();  // closes the number unless an operation still holds it
 }
 
 }  // namespace weft::io::detail

@@ -14,11 +14,14 @@ namespace weft::io {
 
 namespace {
 
-class resolve_category_impl final : public std::error_category {
- public:
-  const char* name() const noexcept override { return "weft.resolve"; }
-  std::string message(int ev) const override { return ::gai_strerror(ev); }
-};
+// A name without addresses, or without addresses of the family asked for: reported as
+// host_not_found, as Asio's resolver does (asio::error::host_not_found).
+bool no_address(int rc) noexcept {
+#ifdef EAI_ADDRFAMILY
+  if (rc == EAI_ADDRFAMILY) return true;
+#endif
+  return rc == EAI_NODATA;
+}
 
 resolve_result lookup(const std::string& host, const std::string& service, address_family family) {
   addrinfo hints{};
@@ -31,9 +34,9 @@ resolve_result lookup(const std::string& host, const std::string& service, addre
   if (rc == EAI_SYSTEM) {
     r.ec = std::error_code(errno, std::system_category());
   } else if (rc == EAI_MEMORY) {
-    r.ec = std::make_error_code(std::errc::not_enough_memory);
-  } else if (rc == EAI_NODATA) {
-    r.ec = make_error_code(resolve_error::host_not_found);  // a name without addresses
+    r.ec = std::error_code(ENOMEM, std::system_category());  // as Asio reports it
+  } else if (no_address(rc)) {
+    r.ec = make_error_code(resolve_error::host_not_found);
   } else if (rc != 0) {
     r.ec = std::error_code(rc, resolve_category());
   } else {
@@ -48,11 +51,6 @@ resolve_result lookup(const std::string& host, const std::string& service, addre
 }
 
 }  // namespace
-
-const std::error_category& resolve_category() noexcept {
-  static const resolve_category_impl c;
-  return c;
-}
 
 task<resolve_result> resolve(std::string host, std::string service, address_family family) {
   if (host.empty() || service.empty()) co_return resolve_result{std::make_error_code(std::errc::invalid_argument), {}};

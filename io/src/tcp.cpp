@@ -14,6 +14,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "buffer_pool.hpp"
 #include "uring_impl.hpp"
 #include "weft/io/sleep.hpp"
 
@@ -125,6 +127,20 @@ std::uint32_t clamp_len(std::size_t len) noexcept {
 
 }  // namespace
 
+namespace {
+// Operations completed at once in a row on this thread, before one goes to the ring
+// anyway: a task that streams datagrams into a socket with room would otherwise never
+// suspend, and its worker would run nothing else (its siblings, a fork's continuation).
+constexpr int k_inline_budget = 32;
+thread_local int t_inline_left = k_inline_budget;
+}  // namespace
+
+bool take_inline_budget() noexcept {
+  if (--t_inline_left > 0) return true;
+  t_inline_left = k_inline_budget;
+  return false;
+}
+
 std::uint64_t new_socket_id() noexcept {
   static std::atomic<std::uint64_t> next{1};
   return next.fetch_add(1, std::memory_order_relaxed);  // only uniqueness matters
@@ -191,21 +207,233 @@ io_result write_all_awaitable::await_resume() const noexcept {
   return {{}, m_done};
 }
 
+// ---- receive: into a buffer of the ring's pool ---------------------------------------------
+
+receive_awaitable::receive_awaitable(uring_context& ctx, descriptor* d, std::uint64_t socket) noexcept
+    : socket_awaitable(ctx, d) {
+  m_op.m_kind = op_kind::prepared;
+  m_op.m_fd = d != nullptr ? d->fd() : -1;
+  m_op.m_socket = socket;
+  m_op.m_prep = &prep;
+  m_op.m_on_cqe = &on_cqe;
+}
+
+void receive_awaitable::prep(io_uring_sqe* sqe, uring_op& op) {
+  auto* self = static_cast<receive_awaitable*>(op.m_arg);
+  if (self->m_pool == nullptr) {  // on its ring's thread: that ring's pool
+    int err = ENOMEM;
+    self->m_pool = uring_impl::current()->buffers(err);
+    if (self->m_pool == nullptr) {
+      self->m_no_pool = true;
+      self->m_res = -err;
+      io_uring_prep_nop(sqe);
+      return;
+    }
+  }
+  if (self->m_pool->provided()) {
+    io_uring_prep_recv(sqe, op.m_fd, nullptr, static_cast<unsigned>(self->m_pool->buffer_size()), 0);
+    sqe->flags |= IOSQE_BUFFER_SELECT;
+    sqe->buf_group = buffer_pool::k_group;
+  } else {
+    io_uring_prep_poll_add(sqe, op.m_fd, POLLIN);
+  }
+}
+
+bool receive_awaitable::again(uring_op& op) {
+  // A stop requested meanwhile may have found nothing in flight to cancel: end here.
+  auto* self = static_cast<receive_awaitable*>(op.m_arg);
+  if (op.m_watch != nullptr && op.m_watch->m_fired.load(std::memory_order_acquire)) {
+    self->m_res = -ECANCELED;
+    return true;
+  }
+  // The linked timeout goes again too, and is one more CQE: the old one still comes.
+  if (op.m_link_timeout) ++op.m_pending;
+  uring_impl::current()->prepare(op, false);
+  return false;
+}
+
+bool receive_awaitable::on_cqe(uring_op& op, int res, unsigned flags) {
+  auto* self = static_cast<receive_awaitable*>(op.m_arg);
+  self->m_ran = true;
+  if (self->m_no_pool) return true;  // the nop: m_res says why
+  buffer_pool& pool = *self->m_pool;
+  if (pool.provided()) {
+    if ((flags & IORING_CQE_F_BUFFER) != 0) {
+      self->m_id = static_cast<std::uint16_t>(flags >> IORING_CQE_BUFFER_SHIFT);
+      self->m_has_buffer = true;
+    }
+    // Every buffer taken: nothing was read. Those given back on other threads may be
+    // waiting to go back into the ring; then receive again.
+    if (res == -ENOBUFS && pool.take_back_foreign() > 0) return again(op);
+    self->m_res = res;
+    return true;
+  }
+  if (res < 0) {  // the poll failed or was cancelled
+    self->m_res = res;
+    return true;
+  }
+  std::uint16_t id = 0;
+  if (!pool.take(id)) {
+    self->m_res = -ENOBUFS;
+    return true;
+  }
+  // Readable: the descriptor is held open while the operation runs, so the number is still
+  // this socket's.
+  const ssize_t n = ::recv(op.m_fd, pool.data(id), pool.buffer_size(), MSG_DONTWAIT);
+  if (n < 0) {
+    const int err = errno;
+    pool.give_back_here(id);
+    if (err == EAGAIN || err == EWOULDBLOCK || err == EINTR) return again(op);  // taken by another reader
+    self->m_res = -err;
+    return true;
+  }
+  self->m_id = id;
+  self->m_has_buffer = true;
+  self->m_res = static_cast<int>(n);
+  return true;
+}
+
+receive_result receive_awaitable::await_resume() noexcept {
+  receive_result r;
+  const int res = m_ran ? m_res : m_op.m_res;  // not run: never submitted (no socket, or closed)
+  if (m_has_buffer) r.buf = m_pool->lease(m_id, res > 0 ? static_cast<std::size_t>(res) : 0);
+  if (m_desc.closed() && res <= 0 && !m_op.m_timed_out) {  // as byte_result
+    r.buf.reset();
+    r.ec = make_error_code(error::cancelled);
+  } else if (res < 0) {
+    r.buf.reset();
+    if (res == -ENOBUFS)
+      r.ec = std::make_error_code(std::errc::no_buffer_space);
+    else if (res == -ECANCELED && m_op.m_timed_out)
+      r.ec = make_error_code(error::timed_out);
+    else
+      r.ec = errno_code(-res);
+  } else if (res == 0) {
+    r.buf.reset();
+    r.ec = make_error_code(error::eof);
+  }
+  return r;
+}
+
+// ---- vectored read_some / write_some / write_all ------------------------------------------
+
+vector_transfer_awaitable::vector_transfer_awaitable(uring_context& ctx, bool send, descriptor* d, std::uint64_t socket,
+                                                     const iovec* bufs, std::size_t count) noexcept
+    : socket_awaitable(ctx, d), m_bufs(bufs), m_count(count) {
+  m_op.m_kind = send ? op_kind::sendmsg : op_kind::recvmsg_stream;
+  m_op.m_fd = d != nullptr ? d->fd() : -1;
+  m_op.m_socket = socket;
+  for (std::size_t i = 0; i < count && !m_any; ++i) m_any = bufs[i].iov_len > 0;
+}
+
+vector_transfer_awaitable::vector_transfer_awaitable(vector_transfer_awaitable&& o) noexcept
+    : socket_awaitable(std::move(o)), m_bufs(o.m_bufs), m_count(o.m_count), m_any(o.m_any) {}
+
+void vector_transfer_awaitable::point_at_self() noexcept {
+  m_msg = msghdr{};
+  m_msg.msg_iov = const_cast<iovec*>(m_bufs);  // the kernel reads the array, never writes it
+  m_msg.msg_iovlen = m_count;
+  m_op.m_buf = &m_msg;
+}
+
+io_result vector_transfer_awaitable::await_resume() const noexcept {
+  return byte_result(m_op, m_op.m_kind == op_kind::recvmsg_stream && m_any, m_desc.closed());
+}
+
+vector_write_all_awaitable::vector_write_all_awaitable(uring_context& ctx, descriptor* d, std::uint64_t socket,
+                                                       const iovec* bufs, std::size_t count) noexcept
+    : socket_awaitable(ctx, d), m_count(count) {
+  m_op.m_kind = op_kind::sendmsg;
+  m_op.m_fd = d != nullptr ? d->fd() : -1;
+  m_op.m_socket = socket;
+  m_op.m_on_cqe = &on_cqe;
+  if (count > k_inline) {
+    m_heap = new (std::nothrow) iovec[count];
+    if (m_heap == nullptr) {
+      m_nomem = true;
+      return;
+    }
+  }
+  iovec* const to = list();
+  for (std::size_t i = 0; i < count; ++i) {
+    to[i] = bufs[i];
+    m_total += bufs[i].iov_len;
+  }
+}
+
+vector_write_all_awaitable::vector_write_all_awaitable(vector_write_all_awaitable&& o) noexcept
+    : socket_awaitable(std::move(o)),
+      m_heap(std::exchange(o.m_heap, nullptr)),
+      m_count(o.m_count),
+      m_total(o.m_total),
+      m_nomem(o.m_nomem) {
+  std::copy(std::begin(o.m_inline), std::end(o.m_inline), m_inline);
+}
+
+vector_write_all_awaitable::~vector_write_all_awaitable() { delete[] m_heap; }
+
+void vector_write_all_awaitable::point_at_self() noexcept {
+  m_op.m_arg = this;
+  m_msg = msghdr{};
+  m_msg.msg_iov = list() + m_first;
+  m_msg.msg_iovlen = m_count - m_first;
+  m_op.m_buf = &m_msg;
+}
+
+bool vector_write_all_awaitable::on_cqe(uring_op& op, int res, unsigned) {
+  auto* self = static_cast<vector_write_all_awaitable*>(op.m_arg);
+  if (res <= 0) return true;
+  self->m_done += static_cast<std::size_t>(res);
+  if (self->m_done >= self->m_total) return true;
+  if (op.m_watch != nullptr && op.m_watch->m_fired.load(std::memory_order_acquire)) {
+    self->m_stopped = true;  // as write_all_awaitable::on_cqe
+    return true;
+  }
+  // Skips the buffers sent in full and trims the one sent in part (the copy is ours).
+  auto left = static_cast<std::size_t>(res);
+  iovec* const v = self->list();
+  while (left > 0) {
+    iovec& b = v[self->m_first];
+    const std::size_t take = std::min(left, b.iov_len);
+    b.iov_base = static_cast<char*>(b.iov_base) + take;
+    b.iov_len -= take;
+    left -= take;
+    if (b.iov_len == 0) ++self->m_first;
+  }
+  while (self->m_first < self->m_count && v[self->m_first].iov_len == 0) ++self->m_first;
+  self->point_at_self();
+  uring_impl::current()->prepare(op, false);  // on the loop thread: send the rest
+  return false;
+}
+
+io_result vector_write_all_awaitable::await_resume() const noexcept {
+  if (m_nomem) return {std::make_error_code(std::errc::not_enough_memory), 0};
+  if (m_total == 0) return {{}, 0};
+  if (m_stopped) return {make_error_code(error::cancelled), m_done};
+  if (m_desc.closed() && m_done < m_total && !m_op.m_timed_out) return {make_error_code(error::cancelled), m_done};
+  if (m_op.m_res < 0) return {failure(m_op), m_done};
+  if (m_op.m_res == 0 && m_done < m_total) return {errno_code(EPIPE), m_done};
+  return {{}, m_done};
+}
+
 // ---- connect ------------------------------------------------------------------------------
 
-connect_awaitable::connect_awaitable(uring_context& ctx, tcp_stream& stream, const endpoint& to,
+connect_awaitable::connect_awaitable(uring_context& ctx, basic_stream& stream, const sockaddr* to, socklen_t len,
                                      std::error_code early) noexcept
-    : socket_awaitable(ctx, nullptr), m_stream(&stream), m_to(to), m_early(early) {
+    : socket_awaitable(ctx, nullptr), m_stream(&stream), m_early(early) {
   if (m_early) return;
-  if (m_to.empty() || m_to.port() == 0) {
+  if (to == nullptr || len == 0 || len > sizeof m_to) {
     m_early = std::make_error_code(std::errc::invalid_argument);
   } else if (stream.is_open()) {
     m_early = std::make_error_code(std::errc::already_connected);
+  } else {
+    std::memcpy(&m_to, to, len);
+    m_to_len = len;
   }
 }
 
 bool connect_awaitable::open_socket() {
-  const int fd = ::socket(m_to.data()->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int fd = ::socket(m_to.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) {
     m_early = errno_code(errno);
     return false;
@@ -218,8 +446,8 @@ bool connect_awaitable::open_socket() {
   m_op.m_kind = op_kind::connect;
   m_op.m_fd = fd;
   m_op.m_socket = m_stream->socket_id();
-  m_op.m_buf = m_to.data();
-  m_op.m_len = m_to.size();
+  m_op.m_buf = &m_to;
+  m_op.m_len = m_to_len;
   return true;
 }
 
@@ -440,7 +668,8 @@ void discard_listener(void* p) { finalize(static_cast<listener_state*>(p)); }
 
 }  // namespace
 
-accept_awaitable::accept_awaitable(uring_context& ctx, listener_state* st) noexcept : uring_awaitable(ctx), m_hold(st) {
+accept_awaitable_base::accept_awaitable_base(uring_context& ctx, listener_state* st, bool closed) noexcept
+    : uring_awaitable(ctx), m_hold(st), m_after_close(st == nullptr && closed) {
   // relaxed: the listener's own reference keeps it alive here (accept() does not race
   // with close()); the loop publishes nothing through the count.
   if (st != nullptr) st->m_refs.fetch_add(1, std::memory_order_relaxed);
@@ -450,25 +679,26 @@ accept_awaitable::accept_awaitable(uring_context& ctx, listener_state* st) noexc
   if (st != nullptr) m_op.m_ring = st->m_ring;  // the listener's state is its ring's alone
 }
 
-accept_awaitable::accept_awaitable(accept_awaitable&& o) noexcept
-    : uring_awaitable(std::move(o)), m_hold(std::exchange(o.m_hold, nullptr)) {}
+accept_awaitable_base::accept_awaitable_base(accept_awaitable_base&& o) noexcept
+    : uring_awaitable(std::move(o)), m_hold(std::exchange(o.m_hold, nullptr)), m_after_close(o.m_after_close) {}
 
-accept_awaitable::~accept_awaitable() {
+accept_awaitable_base::~accept_awaitable_base() {
   if (m_hold != nullptr) drop_listener_ref(m_hold);
 }
 
-accept_result accept_awaitable::await_resume() const noexcept {
-  if (m_op.m_res < 0) return {errno_code(-m_op.m_res), tcp_stream(*m_ctx)};
-  tcp_stream s(*m_ctx, m_op.m_res);
-  if (!s.is_open()) return {std::make_error_code(std::errc::not_enough_memory), std::move(s)};  // closed it
-  return {{}, std::move(s)};
+std::error_code accept_awaitable_base::failure() const noexcept {
+  if (m_after_close) return errno_code(ECANCELED);  // the closed state is gone: no operation ran on it
+  if (m_op.m_res < 0) return errno_code(-m_op.m_res);
+  return {};
 }
 
 }  // namespace detail
 
 // ---- tcp_stream -----------------------------------------------------------------------------
 
-tcp_stream& tcp_stream::operator=(tcp_stream&& o) noexcept {
+namespace detail {
+
+void basic_stream::move_from(basic_stream& o) noexcept {
   if (this != &o) {
     close();
     if (m_ctx != o.m_ctx) m_ctx = o.m_ctx;  // unwritten when equal: cancel() may read it meanwhile
@@ -478,55 +708,44 @@ tcp_stream& tcp_stream::operator=(tcp_stream&& o) noexcept {
     if (m_desc != nullptr) m_desc->drop_ref();
     m_desc = std::exchange(o.m_desc, nullptr);
   }
-  return *this;
 }
 
-bool tcp_stream::adopt(int fd) noexcept {
+bool basic_stream::adopt(int fd) noexcept {
   if (m_desc != nullptr) std::exchange(m_desc, nullptr)->drop_ref();  // closed already: nothing is open
   if (fd >= 0) {
-    m_desc = detail::descriptor::make(fd);
+    m_desc = descriptor::make(fd);
     if (m_desc == nullptr) {
       ::close(fd);
       fd = -1;
     }
   }
-  m_id.store(fd >= 0 ? detail::new_socket_id() : 0, std::memory_order_relaxed);
+  m_id.store(fd >= 0 ? new_socket_id() : 0, std::memory_order_relaxed);
   m_fd.store(fd, std::memory_order_relaxed);
   return fd >= 0;
 }
 
-int tcp_stream::release() noexcept {
+int basic_stream::release() noexcept {
   m_id.store(0, std::memory_order_relaxed);
   const int fd = m_fd.exchange(-1, std::memory_order_relaxed);
   if (fd >= 0) m_desc->release();
   return fd;
 }
 
-detail::connect_awaitable tcp_stream::connect(const endpoint& to) { return {*m_ctx, *this, to, {}}; }
-
-detail::connect_awaitable tcp_stream::connect(std::string_view address, std::uint16_t port) {
-  std::error_code ec;
-  const endpoint to = endpoint::parse(address, port, ec);
-  return {*m_ctx, *this, to, ec};
-}
-
-std::error_code tcp_stream::shutdown(int how) noexcept {
+std::error_code basic_stream::shutdown(int how) noexcept {
   const int fd = native_handle();
   if (fd < 0) return std::make_error_code(std::errc::bad_file_descriptor);
   if (::shutdown(fd, how) != 0) return {errno, std::system_category()};
   return {};
 }
 
-void tcp_stream::cancel() {
+void basic_stream::cancel() {
   // Either order of these two loads names one socket or none: an identity maps to one
   // fd, and the loop ignores a pair whose fd has since carried another socket's operations.
   const std::uint64_t id = socket_id();
   const int fd = native_handle();
   if (fd < 0 || id == 0) return;
-  detail::cancel_everywhere(*m_ctx, fd, id);
+  cancel_everywhere(*m_ctx, fd, id);
 }
-
-namespace detail {
 
 void cancel_everywhere(uring_context& ctx, int fd, std::uint64_t id) {
   // On an io_pool the object's operations may be in flight on any worker's ring (each
@@ -557,13 +776,40 @@ void close_and_cancel(uring_context& ctx, descriptor* d, std::uint64_t id) noexc
   }
 }
 
-}  // namespace detail
-
-void tcp_stream::close() noexcept {
+void basic_stream::close() noexcept {
   // One caller wins the fd (a reader and a writer task may both close); the descriptor
   // closes the number once no operation of it can reach the kernel.
   if (m_fd.exchange(-1, std::memory_order_relaxed) < 0) return;
   m_desc->close();
+}
+
+}  // namespace detail
+
+detail::connect_awaitable tcp_stream::connect(const endpoint& to) noexcept {
+  std::error_code early;
+  if (to.empty() || to.port() == 0) early = std::make_error_code(std::errc::invalid_argument);
+  return connect_to(to.data(), to.size(), early);
+}
+
+detail::connect_awaitable tcp_stream::connect(std::string_view address, std::uint16_t port) {
+  std::error_code ec;
+  const endpoint to = endpoint::parse(address, port, ec);
+  if (ec) return connect_to(nullptr, 0, ec);
+  return connect(to);
+}
+
+endpoint tcp_stream::remote_endpoint() const noexcept {
+  sockaddr_storage a{};
+  socklen_t len = sizeof a;
+  if (native_handle() < 0 || ::getpeername(native_handle(), reinterpret_cast<sockaddr*>(&a), &len) != 0) return {};
+  return endpoint::from(reinterpret_cast<const sockaddr*>(&a), len);
+}
+
+endpoint tcp_stream::local_endpoint() const noexcept {
+  sockaddr_storage a{};
+  socklen_t len = sizeof a;
+  if (native_handle() < 0 || ::getsockname(native_handle(), reinterpret_cast<sockaddr*>(&a), &len) != 0) return {};
+  return endpoint::from(reinterpret_cast<const sockaddr*>(&a), len);
 }
 
 std::error_code tcp_stream::set_no_delay(bool on) noexcept {
@@ -575,64 +821,85 @@ std::error_code tcp_stream::set_no_delay(bool on) noexcept {
 
 // ---- tcp_listener ---------------------------------------------------------------------------
 
-tcp_listener::tcp_listener(uring_context& ctx, std::size_t ring) : m_ctx(&ctx), m_ring(ring) {
+namespace detail {
+
+basic_listener::basic_listener(uring_context& ctx, std::size_t ring, const char* type) : m_ctx(&ctx), m_ring(ring) {
   if (ring >= ctx.ring_count())
-    throw std::out_of_range("weft::io::tcp_listener: ring " + std::to_string(ring) + " of a context with " +
-                            std::to_string(ctx.ring_count()) + " rings");
+    throw std::out_of_range(std::string("weft::io::") + type + ": ring " + std::to_string(ring) +
+                            " of a context with " + std::to_string(ctx.ring_count()) + " rings");
 }
 
-std::error_code tcp_listener::listen(const endpoint& at, const listen_options& o) noexcept {
-  const int backlog = o.backlog;
+std::error_code basic_listener::open(int family, int backlog, int (*prepare)(int fd, const void* arg),
+                                     const void* arg) noexcept {
   if (m_state != nullptr) return std::make_error_code(std::errc::already_connected);
-  if (at.empty()) return std::make_error_code(std::errc::invalid_argument);
-  const int fd = ::socket(at.data()->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int fd = ::socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return {errno, std::system_category()};
-  const int one = 1;
-  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (o.reuse_port && ::setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0) {
+  if (const int err = prepare(fd, arg); err != 0) {
+    ::close(fd);
+    return {err, std::system_category()};
+  }
+  if (::listen(fd, backlog) != 0) {
     const int err = errno;
     ::close(fd);
     return {err, std::system_category()};
   }
-  if (::bind(fd, at.data(), at.size()) != 0 || ::listen(fd, backlog) != 0) {
-    const int err = errno;
-    ::close(fd);
-    return {err, std::system_category()};
-  }
-  auto* st = new (std::nothrow) detail::listener_state;
+  auto* st = new (std::nothrow) listener_state;
   if (st == nullptr) {
     ::close(fd);
     return std::make_error_code(std::errc::not_enough_memory);
   }
-  using detail::uring_access;
   if (m_ring != k_any_ring) {
     st->m_ring = &uring_access::ring(*m_ctx, m_ring);
   } else {
-    detail::uring_impl* const here = uring_access::here(*m_ctx);
+    uring_impl* const here = uring_access::here(*m_ctx);
     st->m_ring = here != nullptr ? here : &uring_access::ring(*m_ctx, 0);
   }
   st->m_fd = fd;
-  st->m_id = detail::new_socket_id();
+  st->m_id = new_socket_id();
   st->m_limit = backlog > 0 ? static_cast<std::size_t>(backlog) : 1;
   m_state = st;
+  m_closed = false;
   return {};
 }
 
-endpoint tcp_listener::local_endpoint() const noexcept {
-  endpoint e;
-  if (m_state == nullptr) return e;
-  socklen_t len = sizeof(sockaddr_storage);
-  if (::getsockname(m_state->m_fd, e.data(), &len) == 0) e.resize(len);
-  return e;
+int basic_listener::fd() const noexcept { return m_state != nullptr ? m_state->m_fd : -1; }
+
+void basic_listener::close() noexcept {
+  if (m_state == nullptr) return;
+  listener_state* const st = std::exchange(m_state, nullptr);
+  m_closed = true;
+  st->m_close_call.m_fn = &close_listener;
+  st->m_close_call.m_arg = st;
+  st->m_close_call.m_discard = &discard_listener;
+  uring_access::invoke(*st->m_ring, st->m_close_call);  // allocates nothing: cannot fail
 }
 
-void tcp_listener::close() noexcept {
-  if (m_state == nullptr) return;
-  detail::listener_state* const st = std::exchange(m_state, nullptr);
-  st->m_close_call.m_fn = &detail::close_listener;
-  st->m_close_call.m_arg = st;
-  st->m_close_call.m_discard = &detail::discard_listener;
-  detail::uring_access::invoke(*st->m_ring, st->m_close_call);  // allocates nothing: cannot fail
+}  // namespace detail
+
+namespace {
+// tcp_listener::listen's socket options and bind (an errno on failure).
+int prepare_tcp(int fd, const void* arg) {
+  const auto& [at, o] = *static_cast<const std::pair<const endpoint*, const listen_options*>*>(arg);
+  const int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (o->reuse_port && ::setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0) return errno;
+  if (::bind(fd, at->data(), at->size()) != 0) return errno;
+  return 0;
+}
+}  // namespace
+
+std::error_code tcp_listener::listen(const endpoint& at, const listen_options& o) noexcept {
+  if (is_open()) return std::make_error_code(std::errc::already_connected);
+  if (at.empty()) return std::make_error_code(std::errc::invalid_argument);
+  const std::pair<const endpoint*, const listen_options*> arg{&at, &o};
+  return open(at.data()->sa_family, o.backlog, &prepare_tcp, &arg);
+}
+
+endpoint tcp_listener::local_endpoint() const noexcept {
+  sockaddr_storage a{};
+  socklen_t len = sizeof a;
+  if (fd() < 0 || ::getsockname(fd(), reinterpret_cast<sockaddr*>(&a), &len) != 0) return {};
+  return endpoint::from(reinterpret_cast<const sockaddr*>(&a), len);
 }
 
 }  // namespace weft::io

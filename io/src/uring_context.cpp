@@ -16,6 +16,7 @@
 // m_sleeping clears it and writes the eventfd, whose read is always armed in the ring.
 // So a call queued before the check is run this turn, one queued after it wakes the
 // enter. Stale wake-ups only cost an empty turn.
+#include "buffer_pool.hpp"
 #include "uring_impl.hpp"
 
 #include <sys/eventfd.h>
@@ -44,6 +45,7 @@ constexpr unsigned k_offer_behind = 16;  // see reap()
 constexpr int k_submit_tries = 1000;     // failed submissions with a full ring before free_sqe gives up
 
 constinit thread_local uring_impl* t_loop = nullptr;
+std::atomic<std::uint64_t> g_ring_serial{0};
 
 static_assert(sizeof(__kernel_timespec) == sizeof(std::int64_t[2]));
 
@@ -88,10 +90,25 @@ unsigned checked_priorities(unsigned p) {
 }  // namespace
 
 uring_impl::uring_impl(uring_context& owner, const uring_options& options, bool own_thread)
-    : m_owner(owner), m_priorities(checked_priorities(options.priorities)), m_ready(m_priorities) {
+    : m_owner(owner),
+      m_priorities(checked_priorities(options.priorities)),
+      m_serial(g_ring_serial.fetch_add(1, std::memory_order_relaxed) + 1),
+      m_ready(m_priorities),
+      m_buffer_count(options.buffer_count),
+      m_buffer_size(options.buffer_size),
+      m_provided_buffers(options.provided_buffers) {
   if (options.entries < 8 || options.entries > 32768)
     throw std::invalid_argument("weft::io::uring_context: entries must be 8..32768 (got " +
                                 std::to_string(options.entries) + ")");
+  if (options.buffer_count < 1 || options.buffer_count > 32768)
+    throw std::invalid_argument("weft::io::uring_context: buffer_count must be 1..32768 (got " +
+                                std::to_string(options.buffer_count) + ")");
+  if (options.buffer_size < 64 || options.buffer_size > (1U << 24) ||
+      std::uint64_t{options.buffer_count} * options.buffer_size > (std::uint64_t{1} << 32))
+    throw std::invalid_argument(
+        "weft::io::uring_context: buffer_size must be 64..16777216 and buffer_count * "
+        "buffer_size at most 4 GiB (got " +
+        std::to_string(options.buffer_count) + " x " + std::to_string(options.buffer_size) + ")");
   io_uring_params params{};
   // Only the loop thread ever submits (everything else is queued to it as a call), so
   // the ring can be single-issuer with deferred task work: completions are processed
@@ -153,6 +170,7 @@ uring_impl::~uring_impl() {
     c = next;
   }
   ::close(m_eventfd);
+  if (m_buffers != nullptr) m_buffers->orphan(m_ring);  // leases still out free it later
   io_uring_queue_exit(&m_ring);
   // Closed listeners whose cancelled accept never reported its end within the loop's
   // bound: the kernel has let go of the ring now, so their state and socket can go.
@@ -189,6 +207,7 @@ io_uring_sqe* uring_impl::free_sqe() noexcept {
 io_uring_sqe* uring_impl::sqe() {
   io_uring_sqe* s = free_sqe();
   ++m_inflight;  // every SQE but the eventfd read (arm_wake) ends with one last CQE
+  m_submitted.store(m_submitted.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   return s;
 }
 
@@ -212,6 +231,9 @@ void uring_impl::prepare(uring_op& op, bool count) {
     case op_kind::recvmsg:
       io_uring_prep_recvmsg(s, op.m_fd, static_cast<msghdr*>(op.m_buf), MSG_TRUNC);
       break;
+    case op_kind::recvmsg_stream:
+      io_uring_prep_recvmsg(s, op.m_fd, static_cast<msghdr*>(op.m_buf), 0);
+      break;
     case op_kind::recv_datagram:
       io_uring_prep_recv(s, op.m_fd, op.m_buf, op.m_len, MSG_TRUNC);
       break;
@@ -220,6 +242,9 @@ void uring_impl::prepare(uring_op& op, bool count) {
       break;
     case op_kind::timeout:
       io_uring_prep_timeout(s, reinterpret_cast<__kernel_timespec*>(op.m_ts), 0, op.m_abs ? IORING_TIMEOUT_ABS : 0);
+      break;
+    case op_kind::prepared:
+      op.m_prep(s, op);
       break;
     case op_kind::custom:
       std::abort();  // started through m_start, never prepared
@@ -451,13 +476,16 @@ unsigned uring_impl::reap(bool offer) {
     if (n == 0) return ops;
     // Copied out and released first: the tasks resumed below prepare new SQEs, and the
     // kernel may reuse the CQ slots.
+    std::uint64_t ended = 0;
     for (unsigned i = 0; i < n; ++i) {
       done[i] = {cqes[i]->user_data, cqes[i]->res, cqes[i]->flags};
       if (done[i].data != k_wake_data) {
         ++ops;
-        if ((done[i].flags & IORING_CQE_F_MORE) == 0) --m_inflight;
+        if ((done[i].flags & IORING_CQE_F_MORE) == 0) ++ended;
       }
     }
+    m_inflight -= ended;
+    m_completed.store(m_completed.load(std::memory_order_relaxed) + ended, std::memory_order_relaxed);
     io_uring_cq_advance(&m_ring, n);
     // A completion may be offered to an idle worker only while at least k_offer_behind
     // more of the batch wait behind it on this worker: tens of microseconds of work,
@@ -500,6 +528,7 @@ void uring_impl::loop() {
       stopping = m_stopping;
     }
     for (const auto& [h, prio] : ready) m_ready[prio].push_back(h);
+    if (m_buffers != nullptr && m_buffers->has_foreign()) m_buffers->take_back_foreign();
     const bool had_calls = calls != nullptr;
     while (calls != nullptr) {
       loop_call* const c = calls;
@@ -593,7 +622,14 @@ bool uring_impl::fire_deadlines() noexcept {
   return true;
 }
 
+buffer_pool* uring_impl::buffers(int& err) noexcept {
+  if (m_buffers == nullptr)
+    m_buffers = buffer_pool::make(this, m_ring, m_buffer_count, m_buffer_size, m_provided_buffers, err);
+  return m_buffers;
+}
+
 bool uring_impl::poll() noexcept {
+  if (m_buffers != nullptr && m_buffers->has_foreign()) m_buffers->take_back_foreign();
   bool ran = m_has_calls.load(std::memory_order_acquire) && run_calls();
   ran = fire_deadlines() || ran;
   if (m_inflight != 0 || io_uring_sq_ready(&m_ring) != 0) {

@@ -22,6 +22,8 @@
 
 namespace weft::io::detail {
 
+class buffer_pool;
+
 /// user_data of CQEs that carry no operation.
 inline constexpr std::uint64_t k_wake_data = 1;    // the eventfd read
 inline constexpr std::uint64_t k_ignore_data = 3;  // cancels and other fire-and-forget SQEs
@@ -94,9 +96,22 @@ class uring_impl final : public weft::detail::worker_reactor {
   weft::detail::timer_queue* deadlines() noexcept override {
     return m_deadlines_watched && !m_draining ? &m_deadlines : nullptr;
   }
+  counts operation_counts() const noexcept override {
+    counts c;
+    c.completed = m_completed.load(std::memory_order_relaxed);  // first: never more than submitted
+    c.submitted = m_submitted.load(std::memory_order_relaxed);
+    return c;
+  }
+
+  /// Loop thread: this ring's receive buffers (weft/io/buffer.hpp), made at the first
+  /// receive(); null with `err` set (ENOMEM) when they cannot be had.
+  buffer_pool* buffers(int& err) noexcept;
 
   uring_context& m_owner;
   const unsigned m_priorities;
+  /// Unique among the rings of this process, never reused (a buffer_pool tells its own
+  /// ring's thread by it).
+  const std::uint64_t m_serial;
   bool m_multishot_accept = false;
   bool m_enable_on_loop = false;  // ring created disabled (single issuer): the loop enables it
   /// Loop thread: a closed listener's cancelled accept, whose last CQE must still come
@@ -121,6 +136,10 @@ class uring_impl final : public weft::detail::worker_reactor {
   /// Loop thread: SQEs whose last CQE has not been reaped (the eventfd read not counted);
   /// an io_pool worker enters the kernel for completions only while there are some.
   std::size_t m_inflight = 0;
+  /// Loop thread writes (relaxed load and store), any thread reads: SQEs counted in
+  /// m_inflight so far, and those whose last CQE was reaped (operation_counts()).
+  std::atomic<std::uint64_t> m_submitted{0};
+  std::atomic<std::uint64_t> m_completed{0};
 
  private:
   void loop();
@@ -165,6 +184,11 @@ class uring_impl final : public weft::detail::worker_reactor {
   bool fire_deadlines() noexcept;
 
   loop_call* m_lingering = nullptr;  // see linger()
+  // The receive buffers: their uring_options, and the pool once made (see buffers()).
+  unsigned m_buffer_count;
+  unsigned m_buffer_size;
+  bool m_provided_buffers;
+  buffer_pool* m_buffers = nullptr;
   std::thread m_thread;
 };
 

@@ -2,9 +2,10 @@
 # Every step must succeed; the first failure fails the test with its command.
 #
 # Installs the build once into a private prefix, then consumes each component on its own:
-#   CMake   consumer/ configured once per part: core, uring, asio, io (built and run), and
+#   CMake   consumer/ configured once per part: core, uring, asio, io, and tls where weft
+#           was built with OpenSSL (-DWITH_TLS=ON; built and run), and
 #           hidden (configure only; see consumer/CMakeLists.txt).
-#   pkg-config  weft, weft-uring and weft-asio: compiled, linked and run with the flags
+#   pkg-config  weft, weft-uring, weft-asio (and weft-tls): compiled, linked and run with the flags
 #           pkg-config gives at the prefix; weft-io's flags checked.
 # The Asio headers are really in /usr/include here, so "uring needs no Asio" is shown by
 # what the uring consumer did rather than by removing them: its configure never looked
@@ -115,6 +116,10 @@ consume(asio)
 build_and_run(asio "liburing")
 consume(io)
 build_and_run(io)
+if(WITH_TLS)
+  consume(tls)
+  build_and_run(tls "ASIO|/asio/|asio\\.hpp")
+endif()
 file(MAKE_DIRECTORY ${WORK_DIR}/no-asio)
 consume(hidden -DWEFT_ASIO_INCLUDE_DIR=${WORK_DIR}/no-asio)
 elapsed("hidden consumer")
@@ -146,6 +151,9 @@ endfunction()
 pc_consume(weft main.cpp "ASIO|asio|uring")
 pc_consume(weft-uring uring_main.cpp "ASIO|asio")
 pc_consume(weft-asio asio_main.cpp "uring")
+if(WITH_TLS)
+  pc_consume(weft-tls tls_main.cpp "ASIO|asio")
+endif()
 out(io_flags ${PKG_CONFIG} --cflags --libs weft-io)
 foreach(want IN ITEMS "-DASIO_STANDALONE" "-lweft_uring" "-lweft_asio" "-lweft")
   string(FIND " ${io_flags} " " ${want} " at)

@@ -1,18 +1,26 @@
 // The Asio bridge: asio_executor as a weft executor, the use_task token over plain and
 // composed operations, with_timeout / with_cancel, errors, and an echo run under load
-// with resets, with fd hygiene.
+// with resets, with fd hygiene; Asio's resolver, signal_set, UDP and local sockets
+// against the native types, reporting the same error codes.
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <asio.hpp>
 
 #include <catch2/catch.hpp>
 #include <weft/io/io.hpp>
 #include <weft/weft.hpp>
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "io_support.hpp"
@@ -583,4 +591,297 @@ TEST_CASE("asio: refused connections and invalid addresses", "[asio]") {
     CHECK(results.empty());
   };
   weft::sync_wait(io, body());
+}
+
+// ---- Asio's counterparts of the native types: the same error codes ------------------------
+
+namespace {
+
+using asio::ip::udp;
+using weft::io::resolve_error;
+
+// Before main, so in every thread: the native signal_set reads SIGUSR1 through a signalfd
+// (weft/io/signal.hpp). Asio's signal_set takes SIGUSR2 through a handler: left unblocked.
+const bool g_sigusr1_blocked = [] {
+  weft::io::block_signals({SIGUSR1});
+  return true;
+}();
+
+// An error code as a use_task completion delivers it (the translation at the boundary).
+weft::task<std::error_code> through_use_task(std::error_code ec) {
+  co_return co_await asio::async_initiate<const weft::io::use_task_t&, void(std::error_code)>(
+      [ec](auto handler) { std::move(handler)(ec); }, use_task);
+}
+
+// The same lookup through Asio's resolver and through weft::io::resolve.
+struct two_lookups {
+  std::error_code asio_ec;
+  std::error_code native_ec;
+};
+two_lookups resolve_both(asio_executor& io, weft::executor& pool, const std::string& host, const std::string& service) {
+  tcp::resolver resolver(io.context());
+  two_lookups r;
+  r.asio_ec = weft::sync_wait(io, [&]() -> weft::task<std::error_code> {
+    auto [ec, results] = co_await resolver.async_resolve(host, service, use_task);
+    co_return ec;
+  }());
+  r.native_ec = weft::sync_wait(pool, [&]() -> weft::task<std::error_code> {
+    auto [ec, endpoints] = co_await weft::io::resolve(host, service);
+    co_return ec;
+  }());
+  return r;
+}
+
+// A receive that reports a datagram larger than the buffer as std::errc::message_size,
+// as weft::io::udp_socket does (io/README.md): MSG_TRUNC makes the kernel return the
+// datagram's length, which Asio passes on as the byte count.
+template <class Socket, class Endpoint>
+weft::task<std::pair<std::error_code, std::size_t>> receive_whole(Socket& s, char* buf, std::size_t len,
+                                                                  Endpoint& from) {
+  auto [ec, n] = co_await s.async_receive_from(asio::buffer(buf, len), from, MSG_TRUNC, use_task);
+  if (!ec && n > len) ec = std::make_error_code(std::errc::message_size);  // the bytes past `len` are lost
+  co_return std::pair{ec, std::min(n, len)};
+}
+
+}  // namespace
+
+TEST_CASE("asio and io_uring: a resolver's failures are the same error codes", "[asio][resolve]") {
+  asio_executor io;
+  weft::thread_pool pool{{.threads = 1}};
+  // .invalid never resolves (RFC 6761); without a name server, both may read try_again.
+  const auto unknown = resolve_both(io, pool, "no-such-host.invalid", "80");
+  INFO("asio: " << unknown.asio_ec.category().name() << " " << unknown.asio_ec.value() << " "
+                << unknown.asio_ec.message() << "; native: " << unknown.native_ec.category().name() << " "
+                << unknown.native_ec.value());
+  CHECK((unknown.native_ec == resolve_error::host_not_found || unknown.native_ec == resolve_error::try_again));
+  CHECK(unknown.asio_ec == unknown.native_ec);
+  CHECK(unknown.asio_ec.default_error_condition() == unknown.native_ec.default_error_condition());
+  CHECK(unknown.asio_ec.category() == weft::io::resolve_category());
+  CHECK(unknown.asio_ec.message() == unknown.native_ec.message());
+  CHECK_FALSE(unknown.asio_ec == asio::error::host_not_found);  // translated at the boundary
+
+  const auto service = resolve_both(io, pool, "127.0.0.1", "no-such-service");
+  CHECK(service.native_ec == resolve_error::service_not_found);
+  CHECK(service.asio_ec == service.native_ec);
+  CHECK(service.asio_ec.default_error_condition() == service.native_ec.default_error_condition());
+
+  // Every resolver code Asio has, as weft::io::resolve reports the same getaddrinfo failure.
+  const auto map = [&](std::error_code asio_ec) { return weft::sync_wait(io, through_use_task(asio_ec)); };
+  CHECK(map(asio::error::host_not_found) == resolve_error::host_not_found);        // EAI_NONAME
+  CHECK(map(asio::error::no_data) == resolve_error::host_not_found);               // EAI_NODATA
+  CHECK(map(asio::error::host_not_found_try_again) == resolve_error::try_again);   // EAI_AGAIN
+  CHECK(map(asio::error::no_recovery) == resolve_error::failure);                  // EAI_FAIL
+  CHECK(map(asio::error::service_not_found) == resolve_error::service_not_found);  // EAI_SERVICE
+  CHECK(map(asio::error::socket_type_not_supported) == std::error_code(EAI_SOCKTYPE, weft::io::resolve_category()));
+  // EAI_FAMILY: an errno over Asio, a resolve_error natively; equal as a condition.
+  const std::error_code family = map(asio::error::address_family_not_supported);
+  CHECK(family == std::errc::address_family_not_supported);
+  CHECK(make_error_code(resolve_error::family_not_supported) == std::errc::address_family_not_supported);
+  // EAI_MEMORY: ENOMEM in the system category on both.
+  CHECK(map(asio::error::no_memory) == std::error_code(ENOMEM, std::system_category()));
+}
+
+TEST_CASE("asio and io_uring: signal waits deliver and end alike", "[asio][signal]") {
+  REQUIRE(g_sigusr1_blocked);
+  asio_executor io;
+  weft::thread_pool pool{{.threads = 1}};
+  asio::signal_set asio_sigs(io.context(), SIGUSR2);
+  auto asio_wait = [&]() -> weft::task<std::pair<std::error_code, int>> {
+    auto [ec, signo] = co_await asio_sigs.async_wait(use_task);
+    co_return std::pair{ec, signo};
+  };
+  REQUIRE(::kill(::getpid(), SIGUSR2) == 0);  // kept by the set until a wait takes it
+  const auto asio_got = weft::sync_wait(pool, asio_wait());
+  CHECK_FALSE(asio_got.first);
+  CHECK(asio_got.second == SIGUSR2);
+  // cancel() while a wait is pending; a stop of the task's token.
+  const auto asio_cancelled = weft::sync_wait(io, [&]() -> weft::task<std::error_code> {
+    asio::steady_timer later(io.context(), 20ms);
+    later.async_wait([&](std::error_code) { asio_sigs.cancel(); });
+    co_return (co_await asio_wait()).first;
+  }());
+  const auto asio_stopped = weft::sync_wait(pool, [&]() -> weft::task<std::error_code> {
+    weft::scope<std::pair<std::error_code, int>> sc;
+    sc.request_stop();
+    sc.spawn(asio_wait());
+    auto r = co_await sc.next();
+    co_await sc.join();
+    co_return r ? r->first : std::error_code{};
+  }());
+  CHECK(asio_cancelled == weft::io::error::cancelled);
+  CHECK(asio_cancelled == std::errc::operation_canceled);
+  CHECK(asio_stopped == weft::io::error::cancelled);
+
+  auto ring = weft_io_test::make_uring_or_skip();
+  if (!ring) return;
+  weft::io::signal_set native_sigs(*ring, {SIGUSR1});
+  auto native_wait = [&]() -> weft::task<weft::io::signal_result> { co_return co_await native_sigs.wait(); };
+  REQUIRE(::kill(::getpid(), SIGUSR1) == 0);
+  const auto native_got = weft::sync_wait(pool, native_wait());
+  CHECK_FALSE(native_got.ec);
+  CHECK(native_got.signo == SIGUSR1);
+  const auto native_stopped = weft::sync_wait(pool, [&]() -> weft::task<std::error_code> {
+    weft::scope<weft::io::signal_result> sc;
+    sc.request_stop();
+    sc.spawn(native_wait());
+    auto r = co_await sc.next();
+    co_await sc.join();
+    co_return r ? r->ec : std::error_code{};
+  }());
+  native_sigs.close();
+  const auto native_closed = weft::sync_wait(pool, native_wait()).ec;
+  CHECK(native_stopped == asio_stopped);
+  CHECK(native_closed == asio_cancelled);
+  CHECK(native_closed == std::errc::operation_canceled);
+}
+
+TEST_CASE("asio and io_uring: UDP truncation and refusal read the same", "[asio][udp]") {
+  asio_executor io;
+  const std::string big(1000, 'd');
+  char small[10];
+  // Asio: without MSG_TRUNC the datagram is cut silently; with it, n is its length.
+  udp::socket a(io.context(), udp::endpoint(asio::ip::address_v4::loopback(), 0));
+  udp::socket b(io.context(), udp::endpoint(asio::ip::address_v4::loopback(), 0));
+  const auto results = weft::sync_wait(io, [&]() -> weft::task<std::vector<std::error_code>> {
+    std::vector<std::error_code> out;
+    udp::endpoint from;
+    for (int i = 0; i < 2; ++i) {
+      auto [sec, sn] = co_await a.async_send_to(asio::buffer(big), b.local_endpoint(), use_task);
+      out.push_back(sec);
+    }
+    auto [plain_ec, plain_n] = co_await b.async_receive_from(asio::buffer(small), from, use_task);
+    out.push_back(plain_ec);
+    out.push_back(plain_n == sizeof small ? std::error_code{} : std::make_error_code(std::errc::bad_message));
+    auto [ec, n] = co_await receive_whole(b, small, sizeof small, from);
+    out.push_back(ec);
+    out.push_back(n == sizeof small && from == a.local_endpoint() ? std::error_code{}
+                                                                  : std::make_error_code(std::errc::bad_message));
+    co_return out;
+  }());
+  REQUIRE(results.size() == 6);
+  CHECK_FALSE(results[0]);
+  CHECK_FALSE(results[1]);
+  CHECK_FALSE(results[2]);  // the silent cut: no error, 10 bytes
+  CHECK_FALSE(results[3]);
+  const std::error_code asio_truncated = results[4];
+  CHECK(asio_truncated == std::errc::message_size);
+  CHECK_FALSE(results[5]);
+  // A connected socket whose peer is gone: ICMP port unreachable, connection_refused.
+  const std::error_code asio_refused = weft::sync_wait(io, [&]() -> weft::task<std::error_code> {
+    udp::socket c(io.context(), udp::endpoint(asio::ip::address_v4::loopback(), 0));
+    const udp::endpoint gone = b.local_endpoint();
+    b.close();
+    c.connect(gone);
+    auto [sec, sn] = co_await c.async_send(asio::buffer("x", 1), use_task);
+    asio::steady_timer limit(io.context(), 2s);
+    limit.async_wait([&](std::error_code e) {
+      if (!e) c.cancel();
+    });
+    auto [ec, n] = co_await c.async_receive(asio::buffer(small), use_task);
+    limit.cancel();
+    co_return sec ? sec : ec;
+  }());
+  CHECK(asio_refused == std::errc::connection_refused);
+  CHECK(asio_refused.category() == std::system_category());
+
+  auto ring = weft_io_test::make_uring_or_skip();
+  if (!ring) return;
+  weft::io::udp_socket server(*ring), client(*ring);
+  REQUIRE_FALSE(server.bind(weft::io::endpoint::loopback(0)));
+  REQUIRE_FALSE(client.bind(weft::io::endpoint::loopback(0)));
+  const auto native = weft::sync_wait(*ring, [&]() -> weft::task<weft::io::datagram_result> {
+    (void)co_await client.send_to(big.data(), big.size(), server.local_endpoint());
+    co_return co_await server.receive_from(small, sizeof small);
+  }());
+  CHECK(native.ec == asio_truncated);
+  CHECK(native.n == sizeof small);
+  CHECK(native.size == big.size());
+  const weft::io::endpoint gone = server.local_endpoint();
+  server.close();
+  REQUIRE_FALSE(client.connect(gone));
+  const auto native_refused = weft::sync_wait(*ring, [&]() -> weft::task<std::error_code> {
+    (void)co_await client.send("x", 1);
+    co_return (co_await weft::io::with_timeout(client.receive(small, sizeof small), 2s)).ec;
+  }());
+  CHECK(native_refused == asio_refused);
+}
+
+TEST_CASE("asio and io_uring: Unix stream and datagram sockets report alike", "[asio][local]") {
+  asio_executor io;
+  const auto ok = weft::sync_wait(io, [&]() -> weft::task<std::vector<std::error_code>> {
+    std::vector<std::error_code> out;
+    // A stream pair: the bytes, then error::eof once the peer closed.
+    asio::local::stream_protocol::socket a(io.context()), b(io.context());
+    asio::local::connect_pair(a, b);
+    auto [wec, wn] = co_await asio::async_write(a, asio::buffer("hi", 2), use_task);
+    a.close();
+    char buf[16];
+    auto [rec, rn] = co_await asio::async_read(b, asio::buffer(buf, 2), use_task);
+    auto [eec, en] = co_await b.async_read_some(asio::buffer(buf), use_task);
+    out.push_back(wec);
+    out.push_back(rec);
+    out.push_back(rn == 2 && std::string(buf, 2) == "hi" ? std::error_code{}
+                                                         : std::make_error_code(std::errc::bad_message));
+    out.push_back(eec);
+    // No socket at the path.
+    asio::local::stream_protocol::socket c(io.context());
+    const std::string path = "/tmp/weft-asio-test-no-socket-" + std::to_string(::getpid());
+    out.push_back(co_await c.async_connect(asio::local::stream_protocol::endpoint(path), use_task));
+    // A datagram pair: truncation through MSG_TRUNC, as over UDP.
+    asio::local::datagram_protocol::socket d(io.context()), e(io.context());
+    asio::local::connect_pair(d, e);
+    const std::string big(100, 'u');
+    auto [sec, sn] = co_await d.async_send(asio::buffer(big), use_task);
+    asio::local::datagram_protocol::endpoint from;
+    auto [tec, tn] = co_await receive_whole(e, buf, 10, from);
+    out.push_back(sec);
+    out.push_back(tec);
+    co_return out;
+  }());
+  REQUIRE(ok.size() == 7);
+  CHECK_FALSE(ok[0]);
+  CHECK_FALSE(ok[1]);
+  CHECK_FALSE(ok[2]);
+  CHECK(ok[3] == weft::io::error::eof);
+  CHECK(ok[4] == std::errc::no_such_file_or_directory);
+  CHECK(ok[4].category() == std::system_category());
+  CHECK_FALSE(ok[5]);
+  CHECK(ok[6] == std::errc::message_size);
+
+  // The same with weft::io::unix_stream and unix_datagram.
+  auto ring = weft_io_test::make_uring_or_skip();
+  if (!ring) return;
+  const auto native = weft::sync_wait(*ring, [&]() -> weft::task<std::vector<std::error_code>> {
+    std::vector<std::error_code> out;
+    weft::io::unix_stream a(*ring), b(*ring);
+    out.push_back(weft::io::unix_stream::pair(a, b));
+    auto [wec, wn] = co_await a.write_all("hi", 2);
+    a.close();
+    char buf[16];
+    auto [rec, rn] = co_await b.read_some(buf, sizeof buf);
+    auto [eec, en] = co_await b.read_some(buf, sizeof buf);
+    out.push_back(wec);
+    out.push_back(rn == 2 && std::string(buf, 2) == "hi" ? rec : std::make_error_code(std::errc::bad_message));
+    out.push_back(eec);
+    weft::io::unix_stream c(*ring);
+    const std::string path = "/tmp/weft-asio-test-no-socket-" + std::to_string(::getpid());
+    out.push_back(co_await c.connect(weft::io::unix_endpoint::path(path)));
+    weft::io::unix_datagram d(*ring), e(*ring);
+    out.push_back(weft::io::unix_datagram::pair(d, e));
+    const std::string big(100, 'u');
+    auto sent = co_await d.send(big.data(), big.size());
+    auto got = co_await e.receive(buf, 10);
+    out.push_back(sent.ec);
+    out.push_back(got.n == 10 && got.size == 100 ? got.ec : std::make_error_code(std::errc::bad_message));
+    co_return out;
+  }());
+  REQUIRE(native.size() == 8);
+  CHECK_FALSE(native[0]);
+  CHECK_FALSE(native[1]);
+  CHECK_FALSE(native[2]);
+  CHECK(native[3] == ok[3]);  // error::eof on both
+  CHECK(native[4] == ok[4]);  // ENOENT, std::system_category on both
+  CHECK_FALSE(native[5]);
+  CHECK_FALSE(native[6]);
+  CHECK(native[7] == ok[6]);  // std::errc::message_size on both
 }

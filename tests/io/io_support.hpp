@@ -1,5 +1,6 @@
 // Helpers of the I/O tests: open-fd counting, the fd limit, a plain client socket, a bounded completion
-// latch, io_uring availability (skip, not fail) and the echo messages.
+// latch, io_uring availability (skip, not fail), the echo messages, temporary paths and a task around one
+// awaitable.
 #pragma once
 
 #include <linux/filter.h>
@@ -18,6 +19,7 @@
 #include <weft/sync_wait.hpp>
 #include <weft/task.hpp>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -208,5 +210,30 @@ struct failures {
     if (m_count++ == 0) m_first = what;
   }
 };
+
+/// A fresh path in the temporary directory (`<prefix>-<pid>-<n><suffix>`), nothing at it
+/// yet; whatever is at it is removed when the guard ends.
+struct temp_path {
+  std::string path;
+  explicit temp_path(const std::string& prefix = "weft-test", const std::string& suffix = "") {
+    static std::atomic<int> next{0};
+    path = (std::filesystem::temp_directory_path() /
+            (prefix + "-" + std::to_string(::getpid()) + "-" + std::to_string(next.fetch_add(1)) + suffix))
+               .string();
+    std::filesystem::remove(path);
+  }
+  temp_path(const temp_path&) = delete;
+  temp_path& operator=(const temp_path&) = delete;
+  ~temp_path() {
+    std::error_code ec;
+    std::filesystem::remove(path, ec);
+  }
+};
+
+/// A task that awaits one operation and returns its result: sync_wait takes tasks.
+template <class A>
+auto run(A a) -> weft::task<decltype(std::declval<A&>().await_resume())> {
+  co_return co_await std::move(a);
+}
 
 }  // namespace weft_io_test

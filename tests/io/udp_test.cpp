@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstring>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -175,6 +176,30 @@ TEST_CASE("udp: close(), a stop and a deadline end a receive; errors of bad inpu
     char buf[4];
     CHECK(weft::sync_wait(*io, receive(never, buf, sizeof buf)).ec == std::errc::bad_file_descriptor);
   }
+}
+
+TEST_CASE("udp: every socket bound to port 0 gets a port of its own", "[io][udp]") {
+  // Linux hands one picked port to several SO_REUSEADDR datagram sockets; bind() must not
+  // ask for SO_REUSEADDR then (reuse_address is on by default). 600 sockets: with the
+  // option, a few dozen of them would share ports.
+  auto io = weft_io_test::make_uring_or_skip();
+  if (!io) return;
+  std::vector<std::unique_ptr<udp_socket>> socks;
+  std::set<std::uint16_t> ports;
+  for (int i = 0; i < 600; ++i) {
+    socks.push_back(std::make_unique<udp_socket>(*io));
+    REQUIRE_FALSE(socks.back()->bind(endpoint::loopback(0)));
+    ports.insert(socks.back()->local_endpoint().port());
+  }
+  CHECK(ports.size() == socks.size());
+  // On a given port SO_REUSEADDR still applies: two sockets may share it.
+  const auto port = socks.front()->local_endpoint().port();
+  socks.front()->close();
+  udp_socket a(*io), b(*io);
+  CHECK_FALSE(a.bind(endpoint::loopback(port)));
+  CHECK_FALSE(b.bind(endpoint::loopback(port)));
+  udp_socket exclusive(*io);
+  CHECK(exclusive.bind(endpoint::loopback(port), {.reuse_address = false}) == std::errc::address_in_use);
 }
 
 namespace {

@@ -455,3 +455,62 @@ TEST_CASE("uring: a context destroyed right after its listener's close() release
     CHECK(weft_io_test::fd_count() == fds_before);
   }
 }
+
+namespace {
+weft::task<std::error_code> accept_error(tcp_listener& l) {
+  auto [ec, s] = co_await l.accept();
+  co_return ec;
+}
+
+// As io/README.md's accept loop with a back-off: any error but operation_canceled is
+// retried after a pause. Counts the errors; ends when an accept says the listener is closed.
+weft::task<int> backing_off_loop(weft::io::uring_context& io, tcp_listener& l, std::atomic<int>& in_backoff) {
+  int errors = 0;
+  for (;;) {
+    auto [ec, s] = co_await l.accept();
+    if (ec == std::errc::operation_canceled) co_return errors;
+    if (++errors > 5) co_return errors;  // a loop that would never end: the check below fails
+    in_backoff.store(1);
+    co_await weft::io::sleep_for(io, 50ms);
+  }
+}
+}  // namespace
+
+TEST_CASE("uring: accept() before listen() is bad_file_descriptor; after close(), operation_canceled", "[io][uring]") {
+  auto io = weft_io_test::make_uring_or_skip();
+  if (!io) return;
+  tcp_listener l(*io);
+  CHECK(weft::sync_wait(*io, accept_error(l)) == std::errc::bad_file_descriptor);  // never listened
+  REQUIRE_FALSE(l.listen(endpoint::loopback(0)));
+  l.close();
+  CHECK(weft::sync_wait(*io, accept_error(l)) == std::errc::operation_canceled);
+  CHECK(weft::sync_wait(*io, accept_error(l)) == weft::io::error::cancelled);  // every time
+  // Listening again: accepts work again.
+  REQUIRE_FALSE(l.listen(endpoint::loopback(0)));
+  const int fd = start_connect(l.local_endpoint());
+  REQUIRE(fd >= 0);
+  CHECK_FALSE(weft::sync_wait(*io, accept_error(l)));
+  ::close(fd);
+  l.close();
+  // Moved after close: the new listener says closed too, and the old one is not listening.
+  tcp_listener moved(std::move(l));
+  CHECK(weft::sync_wait(*io, accept_error(moved)) == std::errc::operation_canceled);
+}
+
+TEST_CASE("uring: a close() during an accept loop's back-off ends the loop", "[io][uring]") {
+  auto io = weft_io_test::make_uring_or_skip();
+  if (!io) return;
+  tcp_listener l(*io);
+  // The loop's first accept fails (not listening yet: bad_file_descriptor) and it backs
+  // off; the listener listens and is closed while it sleeps: its next accept must end it.
+  std::atomic<int> in_backoff{0};
+  auto loop = weft::spawn(backing_off_loop(*io, l, in_backoff)).run_on(*io).fork();
+  REQUIRE(weft_test::eventually([&] { return in_backoff.load() == 1; }));  // bad_file_descriptor, backing off
+  weft::sync_wait(*io, [](tcp_listener& x) -> weft::task<void> {
+    (void)x.listen(endpoint::loopback(0));
+    x.close();  // before the loop's next accept
+    co_return;
+  }(l));
+  const int errors = weft::sync_wait(*io, [](auto& h) -> weft::task<int> { co_return co_await h; }(loop));
+  CHECK(errors == 1);
+}

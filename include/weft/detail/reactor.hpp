@@ -15,6 +15,8 @@
 //   wait() by the earliest, and hands what is left to the timer thread in detach().
 #pragma once
 
+#include <cstdint>
+
 namespace weft::detail {
 
 class timer_queue;
@@ -40,6 +42,13 @@ class worker_reactor {
   /// Worker thread: the queue this reactor fires deadlines of, or null (the process-wide
   /// timer thread fires them then).
   virtual timer_queue* deadlines() noexcept { return nullptr; }
+  /// Any thread: operations submitted to the reactor and completed, so far
+  /// (weft::worker_metrics::io_submitted and io_completed).
+  struct counts {
+    std::uint64_t submitted = 0;
+    std::uint64_t completed = 0;
+  };
+  virtual counts operation_counts() const noexcept { return {}; }
 };
 
 }  // namespace weft::detail

@@ -86,6 +86,12 @@ class split_deque {
   static WEFT_INLINE void put(void** base, std::size_t i, void* item) noexcept {
     std::atomic_ref<void*>(base[i]).store(item, std::memory_order_relaxed);  // published by share()'s release CAS
   }
+  /// Owner only: items in the deque, private and shared (those stolen not counted).
+  std::uint32_t owner_depth() const noexcept {
+    const std::uint32_t t = top_of(m_public.load(std::memory_order_relaxed));
+    return m_bottom_local > t ? m_bottom_local - t : 0;
+  }
+
   /// Owner only: the n items put() wrote become the newest private items.
   WEFT_INLINE void commit(std::uint32_t n) noexcept { m_bottom_local += n; }
 

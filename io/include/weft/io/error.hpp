@@ -24,6 +24,12 @@ enum class error {
   /// accept); equal (as an error_condition) to std::errc::operation_canceled.
   cancelled = 3,
   uring_unavailable = 4,  ///< io_uring cannot be used in this process
+  /// buffered_reader::read_until: no delimiter within the line length limit. A code of
+  /// its own, since no errno names it and std::errc::message_size on a stream would read
+  /// as the socket's EMSGSIZE; equal (as an error_condition) to std::errc::message_size,
+  /// the same event as a datagram larger than its buffer (the data did not fit the room
+  /// given), so one `ec == std::errc::message_size` test covers both.
+  line_too_long = 5,
 };
 
 /// The category of weft::io::error ("weft.io"). Thread-safe.

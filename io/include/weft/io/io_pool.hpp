@@ -73,6 +73,9 @@ class io_pool final : public uring_context {
 
   /// Number of workers (and rings). Thread-safe.
   std::size_t thread_count() const noexcept { return m_pool.thread_count(); }
+  /// thread_pool::metrics, with each worker's ring operations (io_submitted,
+  /// io_completed, io_in_flight). Thread-safe.
+  pool_metrics metrics() const { return m_pool.metrics(); }
   /// The thread_pool the tasks run on (weft::current_executor() inside them). Thread-safe.
   thread_pool& pool() noexcept { return m_pool; }
 

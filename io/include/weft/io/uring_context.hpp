@@ -26,6 +26,8 @@
 #include "weft/executor.hpp"
 #include "weft/io/detail/waiter.hpp"
 
+struct io_uring_sqe;  // liburing's; only a pointer to it is named here
+
 namespace weft::io {
 
 /// Options of a uring_context: `weft::io::uring_context io{{.entries = 1024}};`
@@ -41,6 +43,16 @@ struct uring_options {
   /// multishot accept for listeners (Linux 5.19, and only with single_issuer: see
   /// has_multishot_accept()); false: one accept SQE per accept.
   bool multishot_accept = true;
+  /// The receive buffers of each ring, for receive() (weft/io/buffer.hpp): buffer_count
+  /// buffers (1..32768) of buffer_size bytes (64..16 MiB, at most 4 GiB in all), made at
+  /// a ring's first receive(). The memory is reserved then; only the buffers that data
+  /// was received into cost memory.
+  unsigned buffer_count = 1024;
+  unsigned buffer_size = 4096;  ///< see buffer_count
+  /// Registers the buffers with the kernel as a provided buffer ring (Linux 5.19): it
+  /// picks one when data arrives. false, or on an older kernel: the ring waits for the
+  /// socket to be readable, then takes a buffer and receives into it.
+  bool provided_buffers = true;
 };
 
 /// Thrown by uring_context's constructor when io_uring cannot be used here. code() is
@@ -63,12 +75,14 @@ enum class op_kind : std::uint8_t {
   custom,  // m_start runs on the loop thread instead of preparing an SQE
   recv,
   send,
-  read,           // read(2) at the file position (m_buf, m_len): signalfd
-  sendmsg,        // m_buf: a msghdr (UDP)
-  recvmsg,        // m_buf: a msghdr; MSG_TRUNC: the result is the datagram's whole length
-  recv_datagram,  // recv with MSG_TRUNC (a connected UDP socket)
+  read,            // read(2) at the file position (m_buf, m_len): signalfd
+  sendmsg,         // m_buf: a msghdr (UDP)
+  recvmsg,         // m_buf: a msghdr; MSG_TRUNC: the result is the datagram's whole length
+  recv_datagram,   // recv with MSG_TRUNC (a connected UDP socket)
+  recvmsg_stream,  // m_buf: a msghdr; a stream socket's scatter read (no MSG_TRUNC)
   connect,
-  timeout,  // sleep: m_ts relative, or absolute on CLOCK_MONOTONIC when m_abs
+  timeout,   // sleep: m_ts relative, or absolute on CLOCK_MONOTONIC when m_abs
+  prepared,  // m_prep fills in the SQE (files: openat, read/write at an offset, fsync, statx, close)
 };
 
 /// A call handed to the loop thread (uring_impl::post_call): fn(arg) runs there at the
@@ -140,6 +154,8 @@ struct uring_op {
   /// custom: runs on the loop thread; true when the operation completed right there
   /// (m_res set), false when it will complete later through complete().
   bool (*m_start)(uring_op&) = nullptr;
+  /// prepared: fills in the SQE from the operation (and its m_arg), on the loop thread.
+  void (*m_prep)(::io_uring_sqe* sqe, uring_op& op) = nullptr;
   /// Optional: sees each CQE first; returns false when the operation goes on (resubmitted).
   bool (*m_on_cqe)(uring_op&, int res, unsigned flags) = nullptr;
   void* m_arg = nullptr;  // for m_start / m_on_cqe

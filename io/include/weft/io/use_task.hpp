@@ -25,10 +25,15 @@
 // over either backend: a cancellation (asio::error::operation_aborted) becomes
 // weft::io::error::cancelled, asio::error::eof becomes weft::io::error::eof, and the
 // other errno values of Asio's system category move to std::system_category (same
-// value). Test results with `ec == std::errc::...` and `ec == weft::io::error::...`;
-// `ec == asio::error::eof` and `ec == asio::error::operation_aborted` do not hold for
-// codes that went through use_task. Asio's other categories (netdb, addrinfo,
-// misc other than eof) are passed on as they are.
+// value); a resolver's failures (Asio's netdb and addrinfo categories) become the
+// weft::io::resolve_error codes weft::io::resolve yields for the same lookup
+// (asio::error::host_not_found -> resolve_error::host_not_found, host_not_found_try_again
+// -> try_again, no_recovery -> failure, service_not_found -> service_not_found). Test
+// results with `ec == std::errc::...`, `ec == weft::io::error::...` and
+// `ec == weft::io::resolve_error::...`; `ec == asio::error::eof`,
+// `ec == asio::error::operation_aborted` and `ec == asio::error::host_not_found` do not
+// hold for codes that went through use_task. Asio's misc category (but eof) and
+// other categories are passed on as they are.
 #pragma once
 
 #include <atomic>
@@ -48,6 +53,7 @@
 
 #include "weft/io/detail/waiter.hpp"
 #include "weft/io/error.hpp"
+#include "weft/io/resolve_error.hpp"
 
 namespace weft::io {
 
@@ -79,6 +85,22 @@ struct op_result<A> {
   static A take(std::tuple<A>&& v) { return std::move(std::get<0>(v)); }
 };
 
+/// An Asio resolver failure (netdb category: getaddrinfo's EAI_NONAME, EAI_AGAIN,
+/// EAI_FAIL as Asio translated them) as weft::io::resolve reports the same failure.
+inline std::error_code weft_netdb_code(const std::error_code& ec) noexcept {
+  switch (ec.value()) {
+    case asio::error::host_not_found:
+    case asio::error::no_data:  // a name without addresses: resolve says host_not_found too
+      return make_error_code(resolve_error::host_not_found);
+    case asio::error::host_not_found_try_again:
+      return make_error_code(resolve_error::try_again);
+    case asio::error::no_recovery:
+      return make_error_code(resolve_error::failure);
+    default:
+      return ec;
+  }
+}
+
 /// An Asio error code in the categories of weft's I/O layer (see the file comment).
 inline std::error_code weft_error_code(const std::error_code& ec) noexcept {
   if (ec.category() == asio::error::get_system_category()) {
@@ -86,6 +108,9 @@ inline std::error_code weft_error_code(const std::error_code& ec) noexcept {
     return {ec.value(), std::system_category()};
   }
   if (ec == asio::error::eof) return make_error_code(error::eof);
+  if (ec.category() == asio::error::get_netdb_category()) return weft_netdb_code(ec);
+  // Asio's addrinfo codes are getaddrinfo's own EAI_* values (EAI_SERVICE, EAI_SOCKTYPE).
+  if (ec.category() == asio::error::get_addrinfo_category()) return {ec.value(), resolve_category()};
   return ec;
 }
 

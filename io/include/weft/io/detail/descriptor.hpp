@@ -12,9 +12,10 @@
 // Protocol. m_state holds a closed bit, a released bit and the count of operations
 // begun. An operation calls begin() before it is handed to a ring (it fails once closed:
 // the operation then ends at once, without reaching the kernel) and end() once its task
-// is resumed, when every CQE of it has come. close() shuts the socket down (which ends
-// pending receives and sends at once), sets the closed bit, and closes the number when
-// no operation is begun; otherwise the end() that brings the count to zero closes it.
+// is resumed, when every CQE of it has come. close() counts itself as an operation,
+// sets the closed bit, shuts the socket down (which ends pending receives and sends at
+// once; they see the bit when they resume) and ends its count: the end() that brings
+// the count to zero closes the number.
 // begin() and close() meet in one atomic word, so either the operation is counted
 // before the close (and the number stays open until it ends) or it sees the closed bit.
 // release() sets both bits: the number is handed to the caller and never closed here.
@@ -102,8 +103,10 @@ class descriptor_ref {
   }
   ~descriptor_ref() { reset(); }
   /// begin() on the descriptor: 0 when the operation may go ahead; else the errno it
-  /// ends with at once: EBADF without a socket, ECANCELED once it was closed.
+  /// ends with at once: EBADF without a socket, ECANCELED once it was closed. Once begun,
+  /// later calls return 0 and count nothing more.
   int begin() noexcept {
+    if (m_begun) return 0;  // begun already (an operation tried at once, then submitted)
     if (m_desc == nullptr) return EBADF;
     if (!m_desc->begin()) return ECANCELED;
     m_begun = true;
