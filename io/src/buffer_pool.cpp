@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <new>
 
@@ -68,10 +69,7 @@ buffer_pool* buffer_pool::make(const uring_impl* owner, io_uring& ring, unsigned
       if (io_uring_register_buf_ring(&ring, &reg, 0) == 0) {
         io_uring_buf_ring_init(p->m_br);
         p->m_mask = static_cast<unsigned>(io_uring_buf_ring_mask(entries));
-        for (unsigned i = 0; i < count; ++i)
-          io_uring_buf_ring_add(p->m_br, p->at(static_cast<std::uint16_t>(i)), size, static_cast<std::uint16_t>(i),
-                                static_cast<int>(p->m_mask), static_cast<int>(i));
-        io_uring_buf_ring_advance(p->m_br, static_cast<int>(count));
+        (void)p->publish_more();
         return p;
       }
       // A kernel before 5.19 (EINVAL): the free list below.
@@ -125,6 +123,19 @@ unsigned buffer_pool::take_back_foreign() noexcept {
     give_back_here(id);
     ++n;
   }
+  return n;
+}
+
+unsigned buffer_pool::publish_more() noexcept {
+  if (m_br == nullptr) return 0;
+  const unsigned n = std::min(m_count - m_published, std::max(m_published, k_first_published));
+  for (unsigned i = 0; i < n; ++i) {
+    const auto id = static_cast<std::uint16_t>(m_published + i);
+    io_uring_buf_ring_add(m_br, at(id), static_cast<unsigned>(m_size), id, static_cast<int>(m_mask),
+                          static_cast<int>(i));
+  }
+  io_uring_buf_ring_advance(m_br, static_cast<int>(n));
+  m_published += n;
   return n;
 }
 

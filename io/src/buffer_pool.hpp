@@ -8,6 +8,13 @@
 // Otherwise (uring_options::provided_buffers off, or a kernel before 5.19) the loop keeps
 // them in a free list and takes one when the socket is readable.
 //
+// Touching few buffers: the kernel takes buffers from the head of the ring and given-back
+// ones go in at its tail, so a ring that held every buffer would cycle through all of them
+// and make the whole mapping resident however few receives run at once. So the ring holds
+// k_first_published buffers at first, and publish_more() doubles that when the kernel finds
+// it empty (ENOBUFS), up to count: the resident buffers follow the most receives that ever
+// held a buffer at once. The free list is a stack, for the same reason.
+//
 // Giving back: on the ring's loop thread, straight into the buffer ring or the free
 // list; on any other thread, onto a lock-free stack (push with compare-and-swap, taken
 // whole by the loop with one exchange, so no ABA) that the loop empties at its next
@@ -33,6 +40,8 @@ class buffer_pool {
  public:
   /// The buffer group of every ring's pool (each ring has its own groups).
   static constexpr std::uint16_t k_group = 0;
+  /// How many buffers a provided ring holds at first (or count, when fewer).
+  static constexpr unsigned k_first_published = 16;
 
   /// The pool of ring `ring` (called on its loop thread): `count` buffers of `size`
   /// bytes; registered with the kernel when `provided` and the kernel can. Null with
@@ -53,6 +62,9 @@ class buffer_pool {
   void give_back_here(std::uint16_t id) noexcept;
   /// Takes back what other threads gave back: how many.
   unsigned take_back_foreign() noexcept;
+  /// With a provided ring: puts buffers never handed to the kernel yet into it (as many as
+  /// it holds already, at most all the rest): how many (0 once every buffer is in).
+  unsigned publish_more() noexcept;
   bool has_foreign() const noexcept { return m_foreign.load(std::memory_order_relaxed) != 0; }
   /// The ring is being destroyed: unregisters the buffer ring and drops the ring's
   /// reference (then the last lease frees the pool).
@@ -80,8 +92,9 @@ class buffer_pool {
   io_uring_buf_ring* m_br = nullptr;  // the provided buffer ring, or null
   std::size_t m_br_len = 0;
   unsigned m_mask = 0;
-  std::vector<std::uint16_t> m_free;                     // without a provided ring: the free buffers
-  std::atomic<std::uint32_t> m_foreign{0};               // stack of buffers given back elsewhere: top id + 1, 0 empty
+  unsigned m_published = 0;                 // with a provided ring: buffers 0..m_published-1 were put into it
+  std::vector<std::uint16_t> m_free;        // without a provided ring: the free buffers
+  std::atomic<std::uint32_t> m_foreign{0};  // stack of buffers given back elsewhere: top id + 1, 0 empty
   std::unique_ptr<std::atomic<std::uint32_t>[]> m_next;  // the stack's links (id + 1, 0 ends)
   std::atomic<bool> m_orphaned{false};
   std::atomic<std::size_t> m_refs{1};  // the ring's, plus one per lease

@@ -262,9 +262,10 @@ bool receive_awaitable::on_cqe(uring_op& op, int res, unsigned flags) {
       self->m_id = static_cast<std::uint16_t>(flags >> IORING_CQE_BUFFER_SHIFT);
       self->m_has_buffer = true;
     }
-    // Every buffer taken: nothing was read. Those given back on other threads may be
-    // waiting to go back into the ring; then receive again.
-    if (res == -ENOBUFS && pool.take_back_foreign() > 0) return again(op);
+    // Every buffer in the ring taken: nothing was read. Those given back on other threads
+    // may be waiting to go back into it, or the pool has buffers not put into it yet;
+    // then receive again.
+    if (res == -ENOBUFS && (pool.take_back_foreign() > 0 || pool.publish_more() > 0)) return again(op);
     self->m_res = res;
     return true;
   }

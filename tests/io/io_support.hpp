@@ -136,12 +136,14 @@ inline void round_trip(weft::executor& ex) { weft::sync_wait(ex, no_op()); }
 
 /// `o`, with the kernel features of uring_options turned off when the environment has
 /// WEFT_TEST_URING_LEGACY=1: tests/CMakeLists.txt runs the io tests a second time so,
-/// on the code paths of a kernel before 6.1 (no single-issuer ring, no multishot accept).
+/// on the code paths of a kernel before 6.1 (no single-issuer ring, no multishot accept)
+/// and before 5.19 (no provided buffer rings: receive() polls, then receives).
 inline weft::io::uring_options test_ring_options(weft::io::uring_options o = {}) {
   const char* legacy = std::getenv("WEFT_TEST_URING_LEGACY");
   if (legacy != nullptr && std::string(legacy) == "1") {
     o.single_issuer = false;
     o.multishot_accept = false;
+    o.provided_buffers = false;
   }
   return o;
 }

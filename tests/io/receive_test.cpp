@@ -14,6 +14,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -184,6 +185,49 @@ TEST_CASE("receive: with every buffer leased, no_buffer_space, and no byte is lo
   auto later = receive_now(*io, c->server);
   REQUIRE_FALSE(later.ec);
   CHECK(later.buf.chars() == "cdef");
+}
+
+TEST_CASE("receive: the pool uses few buffers until more receives hold one at once", "[io][receive]") {
+  // 1,024 buffers: receives that give their buffer back before the next one cycle through
+  // a few of them only (the rest never become resident); 1,024 leases held at once get
+  // 1,024 buffers (the kernel's ring is topped up from the pool as it runs dry), then
+  // no_buffer_space, and the bytes wait.
+  const bool provided = GENERATE(true, false);
+  INFO("provided buffer ring: " << provided);
+  auto io = weft_io_test::make_uring_or_skip(pool_options(provided, 1024, 64));
+  if (!io) return;
+  tcp_listener l(*io);
+  REQUIRE_FALSE(l.listen(weft::io::endpoint::loopback(0)));
+  auto c = connect_to(*io, l);
+  std::set<const std::byte*> used;
+  for (int i = 0; i < 500; ++i) {
+    send_plain(c->client, "x");
+    auto r = receive_now(*io, c->server);
+    REQUIRE_FALSE(r.ec);
+    REQUIRE(r.buf.chars() == "x");
+    used.insert(r.buf.data());
+  }
+  CHECK(used.size() <= 16);
+
+  std::vector<leased_buffer> held;
+  std::set<const std::byte*> distinct;
+  for (std::size_t i = 0; i < 1024; ++i) {
+    const std::string m(1, static_cast<char>('a' + i % 26));
+    send_plain(c->client, m);
+    auto r = receive_now(*io, c->server);
+    REQUIRE_FALSE(r.ec);
+    REQUIRE(r.buf.chars() == m);
+    distinct.insert(r.buf.data());
+    held.push_back(std::move(r.buf));
+  }
+  CHECK(distinct.size() == 1024);
+  send_plain(c->client, "waits");
+  auto none = receive_now(*io, c->server);
+  CHECK(none.ec == std::errc::no_buffer_space);
+  held.erase(held.begin(), held.begin() + 300);  // some back
+  auto later = receive_now(*io, c->server);
+  REQUIRE_FALSE(later.ec);
+  CHECK(later.buf.chars() == "waits");
 }
 
 TEST_CASE("receive: a lease outlives its stream and its context", "[io][receive]") {
