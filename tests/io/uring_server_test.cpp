@@ -152,7 +152,13 @@ TEST_CASE("uring server: out of descriptors, accept fails, the server backs off 
   failures fail;
   for (int fd : clients)
     if (!plain_connect(fd, ep)) fail.add("connect failed");  // all queued at once
-  for (int fd : clients) {                                   // in accept order: each one served frees a descriptor
+  // No client is served before the server ran out: else a server that keeps pace with
+  // the clients below (each served, then closed, before its next accept) never would.
+  // It can: it holds every connection it accepted until its client is served.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (accept_errors.load() == 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  for (int fd : clients) {  // in accept order: each one served frees a descriptor
     if (auto why = echo_then_eof(fd, false); !why.empty()) fail.add(why);
     ::close(fd);
   }
