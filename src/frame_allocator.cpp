@@ -33,6 +33,61 @@ orphan_stacks& orphans() {
   return *list;
 }
 
+/// Where free-list frames come from: 64 KiB chunks cut into frames, never given back to
+/// the system (as frame stacks are not). Not ::operator new per frame: a 64-byte aligned
+/// allocation costs malloc about 56 bytes of padding and header on top of the frame, a
+/// tenth of a 640-byte frame, and long-lived frames (a server's connections, each a
+/// scope child) are exactly the ones that land here. Frames that no thread's list has
+/// room for go to a shared list per class, which allocating threads take from before
+/// they cut new ones, so a producer/consumer pattern reuses its frames instead of
+/// growing without bound.
+constexpr std::size_t k_chunk_bytes = 64 * 1024;
+struct shared_frames {
+  std::mutex m_mutex;
+  frame_node* m_head[k_frame_classes] = {};
+};
+shared_frames& shared() {
+  static shared_frames* const list = new shared_frames;  // never destroyed, as orphans()
+  return *list;
+}
+struct chunk_cursor {  // the calling thread's current chunk
+  std::uintptr_t m_at;
+  std::uintptr_t m_end;
+};
+constinit thread_local chunk_cursor t_chunk{};
+
+/// A frame of class `cls` (size bytes) for a free list: a shared one, else cut from the
+/// thread's chunk. Null when no memory is left.
+void* take_frame(std::size_t cls, std::size_t size) noexcept {
+  {
+    shared_frames& sh = shared();
+    std::lock_guard lock(sh.m_mutex);
+    if (frame_node* f = sh.m_head[cls]) {
+      sh.m_head[cls] = f->m_next;
+      return f;
+    }
+  }
+  chunk_cursor& c = t_chunk;
+  if (c.m_end - c.m_at < size) {  // the tail left (under 1 KiB) is not used
+    void* const chunk = ::operator new(k_chunk_bytes, k_frame_alignment, std::nothrow);
+    if (chunk == nullptr) return nullptr;
+    c.m_at = reinterpret_cast<std::uintptr_t>(chunk);
+    c.m_end = c.m_at + k_chunk_bytes;
+  }
+  void* const p = reinterpret_cast<void*>(c.m_at);
+  c.m_at += size;
+  return p;
+}
+
+/// A free-list frame that no thread's list keeps: onto the shared list of its class.
+void give_frame(void* p, std::size_t cls) noexcept {
+  auto* f = static_cast<frame_node*>(p);
+  shared_frames& sh = shared();
+  std::lock_guard lock(sh.m_mutex);
+  f->m_next = sh.m_head[cls];
+  sh.m_head[cls] = f;
+}
+
 /// Constructed on a thread's first slow-path call: at thread exit, returns the cached
 /// free-list frames and hands the frame stack to the orphan list.
 struct cache_flush {
@@ -52,7 +107,7 @@ struct cache_flush {
     for (std::size_t cls = 0; cls < k_frame_classes; ++cls) {
       while (frame_node* f = c.m_free[cls]) {
         c.m_free[cls] = f->m_next;
-        ::operator delete(f, k_frame_alignment);
+        give_frame(f, cls);
       }
       c.m_room[cls] = 0;
     }
@@ -138,7 +193,8 @@ void* allocate_frame_slow(std::size_t cls) {
     ++c.m_room[cls];
     return f;
   }
-  void* p = ::operator new(size, k_frame_alignment);
+  void* p = take_frame(cls, size);
+  if (p == nullptr) throw std::bad_alloc();
   footer_ending_at(reinterpret_cast<std::uintptr_t>(p) + size).store(0, std::memory_order_relaxed);
   return p;
 }
@@ -149,7 +205,7 @@ void release_frame_slow(void* p, std::size_t cls) {
   if (frame_stack_release(c.m_stack.m_end != 0 ? &c.m_stack : nullptr, p, size)) return;
   register_thread();
   if (c.m_state != 1 || c.m_room[cls] == 0) {
-    ::operator delete(p, k_frame_alignment);
+    give_frame(p, cls);
     return;
   }
   auto* f = static_cast<frame_node*>(p);

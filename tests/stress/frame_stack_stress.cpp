@@ -13,6 +13,7 @@
 #include <cstring>
 #include <new>
 #include <random>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -300,4 +301,31 @@ TEST_CASE("frame cache: a thread that only frees frames gets no frame stack; its
   CHECK_FALSE(stack_after_free);
   CHECK(stack_after_alloc);
   CHECK(from_stack);
+}
+
+TEST_CASE("frame cache: frames no thread keeps are shared, and taken before new ones are cut", "[frame_stack]") {
+  using namespace weft::detail;
+  constexpr std::size_t cls = 12;  // no other test of this binary uses it
+  constexpr std::size_t n = k_cache_limit + 1000;
+  std::vector<void*> made(n);
+  std::thread([&] {
+    const off_stack_frames guard;  // no frame stack: every frame is a free-list frame
+    for (void*& p : made) p = allocate_frame_slow(cls);
+  }).join();
+  // Another thread frees them all: its list keeps k_cache_limit, the rest go to the shared
+  // list at once, and the kept ones at its exit.
+  std::thread([&] {
+    for (void* p : made) release_frame_slow(p, cls);
+  }).join();
+  std::vector<void*> again(n);
+  std::thread([&] {
+    const off_stack_frames guard;
+    for (void*& p : again) p = allocate_frame_slow(cls);
+    for (void* p : again) release_frame_slow(p, cls);
+  }).join();
+  const std::set<void*> first(made.begin(), made.end());
+  const std::set<void*> second(again.begin(), again.end());
+  CHECK(first.size() == n);
+  CHECK(second == first);  // every one reused, none cut anew, none handed out twice
+  for (void* p : made) CHECK(reinterpret_cast<std::uintptr_t>(p) % 64 == 0);
 }

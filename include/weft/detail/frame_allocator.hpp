@@ -8,7 +8,7 @@
 //   bump-pointer style; only the pages frames have used are resident (mapped with
 //   MAP_NORESERVE and no huge pages), so a thread that never goes deep costs a page or
 //   two. The size is for deep co_await chains: frames that do not fit come from the
-//   free lists and malloc, several times slower per frame (bench/README.md), and 16 MiB
+//   free lists and chunks, several times slower per frame (bench/README.md), and 16 MiB
 //   holds ~100,000 small frames. A frame freed while it is its thread's
 //   top frame (the usual case: a child ends before the parent that made it) pops the
 //   top back (a joined child, whose size its joiner does not know, is found on top
@@ -26,7 +26,10 @@
 // * Free lists, one per 64-byte size class, for frames that do not fit in the stack
 //   (it is full: deep recursion, or long-lived frames pinning its top). A frame freed on
 //   another thread joins the freeing thread's list; each list is capped (k_cache_limit),
-//   so a producer/consumer pattern cannot grow one thread's cache without bound.
+//   so a producer/consumer pattern cannot grow one thread's cache without bound: past
+//   the cap, frames go to a shared list per class, which allocating threads take from
+//   first. New free-list frames are cut from 64 KiB chunks (no malloc header or
+//   alignment padding per frame); chunks, like stacks, are never returned to the system.
 //
 // The footer tells the two apart when a frame is freed away from its stack's top: 0 for
 // a free-list frame, else the frame's stacked size, with bit 0 set once freed.
@@ -223,8 +226,8 @@ WEFT_INLINE void deallocate_frame(void* p, std::size_t n) noexcept {
   }
 }
 
-/// While alive, the calling thread's new frames come from its free lists (or
-/// ::operator new) instead of its frame stack: for frames that will be freed out of
+/// While alive, the calling thread's new frames come from its free lists (or new
+/// chunks) instead of its frame stack: for frames that will be freed out of
 /// order, on other threads, long after (a scope's children, weft/scope.hpp), which would
 /// otherwise pin the stack's top and let it grow to its full size under churn. Frees
 /// are unaffected. Not thread-safe: a guard of the calling thread, on its stack; not
