@@ -50,6 +50,7 @@
 #include <asio/experimental/as_tuple.hpp>
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <sched.h>
 #include <signal.h>
@@ -597,6 +598,16 @@ double process_cpu_seconds(pid_t pid) {
 /// Peak resident set (VmHWM) of process `pid`, in KiB; 0 when unreadable.
 long vm_hwm_kib(pid_t pid) { return proc_status_kib(pid, "VmHWM:"); }
 
+/// nginx's worker_rlimit_nofile for `connections`: two descriptors each (a proxy's share)
+/// and some spare, but no more than this process's hard limit, which a worker cannot pass
+/// (it inherits this process's raised soft limit in any case).
+unsigned long long nofile_for(int connections) {
+  rlimit rl{};
+  ::getrlimit(RLIMIT_NOFILE, &rl);
+  const auto want = 2ULL * static_cast<unsigned long long>(connections) + 1024;
+  return rl.rlim_max == RLIM_INFINITY ? want : std::min<unsigned long long>(want, rl.rlim_max);
+}
+
 class nginx_server final : public server {
  public:
   /// `https`: TLS as weft-https has it (the certificate in this server's directory);
@@ -622,8 +633,11 @@ class nginx_server final : public server {
            << "daemon off;\n"
            << "pid " << (m_dir / "nginx.pid").string() << ";\n"
            << "error_log " << (m_dir / "error.log").string() << " warn;\n"
-           << "worker_rlimit_nofile " << 2 * connections + 1024 << ";\n"
-           << "events { worker_connections " << connections + 1024 << "; }\n"
+           << "worker_rlimit_nofile " << nofile_for(connections)
+           << ";\n"
+           // An eighth more: a worker with under 1/16 of its connections free closes idle
+           // keep-alive ones to make room.
+           << "events { worker_connections " << connections + connections / 8 + 1024 << "; }\n"
            << "http {\n"
            << "  access_log off;\n"
            << "  keepalive_timeout 65;\n"
@@ -738,13 +752,37 @@ wrk_result run_wrk(unsigned short port, int connections, int seconds) {
   const std::string pin = g_wrk_cpu < 0 ? "" : "taskset -c " + std::to_string(g_wrk_cpu) + " ";
   const std::string cmd = pin + "wrk -t1 -c" + std::to_string(connections) + " -d" + std::to_string(seconds) +
                           "s --timeout 10s --latency " + (g_wrk_close ? "-H 'Connection: close' " : "") +
-                          (g_wrk_https ? "https" : "http") + "://127.0.0.1:" + std::to_string(port) + "/plaintext 2>&1";
-  std::FILE* p = ::popen(cmd.c_str(), "r");
-  if (p == nullptr) throw std::runtime_error("cannot run wrk");
+                          (g_wrk_https ? "https" : "http") + "://127.0.0.1:" + std::to_string(port) + "/plaintext";
+  // Not popen: wrk must not inherit this process's sockets (Asio's accepted ones are not
+  // close-on-exec), since its event loop refuses descriptors numbered past its set size
+  // (about 3 per connection), and with thousands of idle connections here every socket
+  // it opens would be one.
+  int out[2];
+  if (::pipe2(out, O_CLOEXEC) != 0) throw std::system_error(errno, std::system_category(), "wrk: pipe");
+  const pid_t pid = ::fork();
+  if (pid < 0) throw std::system_error(errno, std::system_category(), "wrk: fork");
+  if (pid == 0) {  // async-signal-safe calls only: this process has threads
+    ::dup2(out[1], STDOUT_FILENO);
+    ::dup2(out[1], STDERR_FILENO);
+    ::close_range(3, ~0U, 0);
+    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  ::close(out[1]);
   wrk_result r;
-  char line[512];
-  while (std::fgets(line, sizeof line, p) != nullptr) r.raw += line;
-  const int status = ::pclose(p);
+  char chunk[512];
+  for (;;) {
+    const ssize_t n = ::read(out[0], chunk, sizeof chunk);
+    if (n > 0) {
+      r.raw.append(chunk, static_cast<std::size_t>(n));
+    } else if (n == 0 || errno != EINTR) {
+      break;
+    }
+  }
+  ::close(out[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
   if (status != 0) throw std::runtime_error("wrk failed (status " + std::to_string(status) + "):\n" + r.raw);
   std::istringstream in(r.raw);
   std::string l;
@@ -1097,7 +1135,9 @@ int main(int argc, char** argv) {
     } else if (o.flavor == "weft-https") {
       srv = std::make_unique<weft_https_server>(o.threads, o.resume);
     } else {
-      auto n = std::make_unique<nginx_server>(o.threads, o.connections, o.flavor == "nginx-https", o.resume);
+      // Its worker_connections must hold the idle ones too: a worker out of connections
+      // closes idle keep-alive ones to make room.
+      auto n = std::make_unique<nginx_server>(o.threads, o.connections + o.idle, o.flavor == "nginx-https", o.resume);
       nginx = n.get();
       srv = std::move(n);
     }
